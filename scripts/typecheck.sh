@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Type-check the installed namespace (simworld.data, simworld.server, ...) with mypy.
+# The layers live in top-level folders that setuptools maps into `simworld.*`; mypy cannot
+# follow an editable install's import hook, so this lays a tree of symlinks with the
+# installed shape under build/typecheck and checks the package from there (strictness
+# per layer is set in pyproject.toml).
+set -euo pipefail
+PYTHON=${PYTHON:-python3}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tree="$root/build/typecheck/simworld"
+rm -rf "$root/build/typecheck" && mkdir -p "$tree"
+for f in "$root"/simworld/*.py; do ln -s "$f" "$tree/$(basename "$f")"; done
+for layer in data worldmodel simulators training server eval; do ln -s "$root/$layer" "$tree/$layer"; done
+cd "$root/build/typecheck"
+"$PYTHON" -m mypy --config-file "$root/pyproject.toml" -p simworld

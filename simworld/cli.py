@@ -1,0 +1,62 @@
+"""The `simworld` command: a thin dispatcher to the subcommands each layer owns.
+
+    simworld record --env bfcl --episodes 20 --seed 1 --out x.jsonl
+    simworld inspect x.jsonl
+    simworld convert x.jsonl y.jsonl --to openai
+
+Each layer's `cli` module exposes `configure(command, parser) -> handler`; only the module
+of the command being run is imported, so `simworld --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# command -> (owning module, one-line help). Commands of layers not built yet are absent.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "record": ("simworld.data.cli", "run a real environment and dump ground-truth episodes"),
+    "convert": ("simworld.data.cli", "convert a dump between formats"),
+    "inspect": ("simworld.data.cli", "summarize a dump: episodes, steps, tools, errors"),
+    "bundle": ("simworld.data.cli", "rebuild the bundled dataset (maintainers)"),
+}
+
+
+def _overview() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "commands:\n" + "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `simworld COMMAND ...`; returns the process exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    top = argparse.ArgumentParser(
+        prog="simworld",
+        description="Learned world models as drop-in environments for agent RL.",
+        epilog=_overview(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("command", nargs="?", help="one of: " + ", ".join(COMMANDS))
+    if not args or args[0] in ("-h", "--help"):
+        top.print_help()
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        top.print_usage(sys.stderr)
+        print(
+            f"simworld: unknown command {command!r}; choose from {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
+        return 2
+    module_name, help_ = COMMANDS[command]
+    parser = argparse.ArgumentParser(prog=f"simworld {command}", description=help_)
+    handler = importlib.import_module(module_name).configure(command, parser)
+    code: int = handler(parser.parse_args(rest))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
