@@ -338,7 +338,7 @@ def _decode_tagged(variants: dict[str, type], obj: Any, path: str) -> Any:
     if not isinstance(obj, dict):
         raise RecordError(path, f"expected an object, got {_type_name(obj)} ({_short(obj)})")
     kind = obj.get("kind")
-    if kind not in variants:
+    if not isinstance(kind, str) or kind not in variants:
         raise RecordError(_join(path, "kind"), f"expected one of {list(variants)}, got {kind!r}")
     return _decode_dataclass(variants[kind], obj, path)
 
