@@ -11,7 +11,6 @@ DEMO := demo/bfcl-demo.jsonl
 
 $(PY):
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 
 # The stamp files re-run an install when pyproject.toml or the script changes.
 $(VENV)/.installed: $(PY) pyproject.toml scripts/install.sh
