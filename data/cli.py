@@ -29,7 +29,7 @@ from simworld.data.formats import (
     write_episodes,
 )
 from simworld.data.jsonio import BadRecord
-from simworld.data.records import Episode
+from simworld.data.records import JSON, Episode
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -68,6 +68,18 @@ def _episode_count(text: str) -> int | None:
     return count
 
 
+def _env_option(text: str) -> tuple[str, JSON]:
+    """KEY=VALUE, the value read as JSON when it is JSON (2, true, [4, 8]), else a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        value: JSON = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
 def _record_args(parser: argparse.ArgumentParser) -> Handler:
     from simworld.data.envs import ENV_NAMES
 
@@ -81,8 +93,19 @@ def _record_args(parser: argparse.ArgumentParser) -> Handler:
         help="how many episodes ('all': every episode the env defines, where finite)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the seed (default 0)")
-    parser.add_argument("--out", required=True, type=Path, help="the dump to write (.gz: gzip)")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="the dump to write (.gz, .xz: compressed)"
+    )
     parser.add_argument("--format", choices=WRITABLE, default="simworld", help="dump format")
+    parser.add_argument(
+        "--option",
+        action="append",
+        type=_env_option,
+        default=[],
+        metavar="KEY=VALUE",
+        help="an env option, repeatable (bfcl: categories=base,long_context off_policy=2; "
+        "frozenlake: sizes=[4] is_slippery=false; textworld: world_size=3)",
+    )
     return _record
 
 
@@ -100,7 +123,10 @@ def _record(args: argparse.Namespace) -> int:
             written += 1
 
     try:
-        env = load_env(args.env)
+        try:
+            env = load_env(args.env, **dict(args.option))
+        except TypeError as exc:  # an option the env's constructor does not take
+            return _fail("record", f"bad --option for the {args.env} env: {exc}", 2)
         episodes = tqdm(
             env.record(args.episodes, args.seed),
             total=args.episodes,
@@ -126,7 +152,7 @@ def _record(args: argparse.Namespace) -> int:
 def _convert_args(parser: argparse.ArgumentParser) -> Handler:
     parser.description = "Convert a dump from one format to another."
     parser.add_argument("input", type=Path, help="the dump to read (.gz and JSON arrays too)")
-    parser.add_argument("output", type=Path, help="the dump to write (.gz: gzip)")
+    parser.add_argument("output", type=Path, help="the dump to write (.gz, .xz: compressed)")
     parser.add_argument("--to", required=True, choices=WRITABLE, help="the output format")
     parser.add_argument("--format", choices=FORMATS, help="the input format (default: detect)")
     parser.add_argument("--strict", action="store_true", help="stop at the first bad record")

@@ -137,3 +137,18 @@ def test_record_arguments() -> None:
         parser.parse_args(["--env", "frozenlake", "--episodes", "0", "--out", "x.jsonl"])
     with pytest.raises(ValueError, match="unknown data command 'serve'"):
         configure("serve", argparse.ArgumentParser())
+
+
+def test_record_passes_env_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "lc.jsonl"
+    code = _run(
+        "record", "--env", "bfcl", "--episodes", "2", "--out", str(out),
+        "--option", "categories=long_context", "--option", "off_policy=0",
+    )  # fmt: skip
+    assert code == 0
+    episodes = read_episodes(out, strict=True).episodes
+    assert [ep.provenance.policy for ep in episodes] == ["ground_truth", "ground_truth"]
+    assert all(ep.provenance.origin.startswith("multi_turn_long_context_") for ep in episodes)
+    code = _run("record", "--env", "bfcl", "--episodes", "2", "--out", str(out), "--option", "x=1")
+    assert code == 2
+    assert "bad --option for the bfcl env: " in capsys.readouterr().err
