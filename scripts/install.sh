@@ -20,4 +20,6 @@ fi
 echo "install: bfcl-eval==2026.3.23 --no-deps"
 "$PYTHON" -m pip install -q --no-deps bfcl-eval==2026.3.23
 echo "install: simworld[$EXTRAS] (editable)"
+echo "install: pip will list bfcl-eval's declared dependencies as missing or incompatible;"
+echo "install: that is expected, the multi-turn backends simworld runs need none of them"
 "$PYTHON" -m pip install -q -e ".[$EXTRAS]"

@@ -6,6 +6,9 @@
 # per layer is set in pyproject.toml).
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
+# A relative interpreter path (.venv/bin/python) must survive the cd below; no realpath,
+# which would resolve the venv's symlink to the base interpreter and lose its packages.
+if [[ "$PYTHON" == */* ]]; then PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")"; fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tree="$root/build/typecheck/simworld"
 rm -rf "$root/build/typecheck" && mkdir -p "$tree"
