@@ -1,0 +1,1 @@
+"""Inference engines behind one interface: transformers, an OpenAI-compatible endpoint, vLLM."""
