@@ -8,8 +8,12 @@ dumps, with the format told from the file when it is not named.
 
 Formats (one module each): `simworld` (our transition JSONL, lossless), `openai` (chat
 messages + tools), `sharegpt` (LLaMA-Factory conversations), `five-block` (the five-block
-world-model records; read only). Hugging Face `datasets` is a bridge, not a file format:
-see hf.py. Files may be gzipped (.gz) and may be one JSON array instead of JSON Lines.
+world-model records). Hugging Face `datasets` is a bridge, not a file format: see hf.py.
+
+Writing five-block renders prompts, which the world model's serialization owns, and this
+layer imports nothing above it: `WRITER_PLUGINS` names such writers as "module:function"
+strings, imported only when that format is written. Files may be gzipped (.gz) and may be
+one JSON array instead of JSON Lines.
 
 Nothing is dropped silently and nothing is truncated: a record that cannot be read becomes
 a BadRecord("dump.jsonl:12", reason), collected by `read_episodes` and yielded in place by
@@ -18,8 +22,10 @@ a BadRecord("dump.jsonl:12", reason), collected by `read_episodes` and yielded i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import importlib
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from simworld.data.formats import fiveblock, openai, sharegpt, simworld
 from simworld.data.formats.base import Format, Item, ReadResult
@@ -30,7 +36,13 @@ _REGISTRY: dict[str, Format] = {
     f.name: f for f in (simworld.FORMAT, fiveblock.FORMAT, openai.FORMAT, sharegpt.FORMAT)
 }  # detection tries them in this order: five-block records are also OpenAI-shaped
 FORMATS = ("simworld", "openai", "sharegpt", "five-block")
-WRITABLE = tuple(name for name in FORMATS if _REGISTRY[name].write is not None)
+# Writers that live in a layer above this one, as "module:function" (loaded on use).
+WRITER_PLUGINS = {"five-block": "simworld.worldmodel.fiveblock:write"}
+WRITABLE = tuple(
+    name for name in FORMATS if _REGISTRY[name].write is not None or name in WRITER_PLUGINS
+)
+
+Writer = Callable[[Iterable[Episode], TextIO], int]
 
 
 def get_format(name: str) -> Format:
@@ -98,22 +110,35 @@ def read_episodes(path: str | Path, format: str | None = None, strict: bool = Fa
 def write_episodes(episodes: Iterable[Episode], path: str | Path, format: str = "simworld") -> int:
     """Write episodes to `path` as they arrive (gzip when it ends in .gz); returns how many.
     ValueError for a read-only format or an episode the format cannot carry."""
-    fmt = get_format(format)
-    if fmt.write is None:
-        raise ValueError(f"{format} is read only for now; write one of: {', '.join(WRITABLE)}")
+    writer = get_writer(format)
     with open_write(path) as out:
-        count: int = fmt.write(episodes, out)
+        count: int = writer(episodes, out)
         return count
+
+
+def get_writer(name: str) -> Writer:
+    """The writer of format `name` (a plugin's is imported now); ValueError for a read-only
+    or unknown format."""
+    fmt = get_format(name)
+    if fmt.write is not None:
+        return fmt.write
+    if name not in WRITER_PLUGINS:
+        raise ValueError(f"{name} is read only for now; write one of: {', '.join(WRITABLE)}")
+    module, _, function = WRITER_PLUGINS[name].partition(":")
+    writer: Writer = getattr(importlib.import_module(module), function)
+    return writer
 
 
 __all__ = [
     "FORMATS",
     "WRITABLE",
+    "WRITER_PLUGINS",
     "BadRecord",
     "DumpError",
     "ReadResult",
     "detect_format",
     "get_format",
+    "get_writer",
     "iter_episodes",
     "read_episodes",
     "write_episodes",

@@ -1,4 +1,4 @@
-"""The five-block world-model format (read only): one transition per chat record, as the
+"""The five-block world-model format: one transition per chat record, as the
 masked-diffusion text-world-model work lays it out (patronus-ai/mdlm_world_modeling; its
 corpus is PatronusAI/world_model_corpus on the Hugging Face Hub):
 
@@ -27,8 +27,9 @@ reads as a one-step Episode:
   action is a call (`structured` when it is JSON, unwrapped from `<tool_response>` tags,
   `is_error` when that JSON is an object with a truthy "error"), else text.
 
-Writing this format belongs to a later issue (the world model's serialization module will
-own the prompt layout); converting to it raises ValueError.
+This module reads the format. Writing it renders prompts, which the world model's
+serialization owns: simworld.worldmodel.fiveblock writes it, loaded through
+`formats.WRITER_PLUGINS` (this layer imports nothing above it).
 """
 
 from __future__ import annotations

@@ -32,12 +32,19 @@ from simworld.data.records import (
 
 def test_registry_names() -> None:
     assert FORMATS == ("simworld", "openai", "sharegpt", "five-block")
-    assert WRITABLE == ("simworld", "openai", "sharegpt")
+    assert WRITABLE == ("simworld", "openai", "sharegpt", "five-block")
     with pytest.raises(ValueError, match="unknown format 'csv'; known formats: simworld, openai"):
         get_format("csv")
 
 
-@pytest.mark.parametrize("fmt", WRITABLE)
+LOSSLESS = ("simworld", "openai", "sharegpt")  # five-block keeps one transition per record
+
+
+def test_writable_formats_are_the_lossless_ones_and_five_block() -> None:
+    assert set(WRITABLE) == {*LOSSLESS, "five-block"}
+
+
+@pytest.mark.parametrize("fmt", LOSSLESS)
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_round_trip_is_lossless_and_rewrites_byte_for_byte(
     fmt: str, suffix: str, episodes: list[Episode], tmp_path: Path
@@ -55,7 +62,7 @@ def test_round_trip_is_lossless_and_rewrites_byte_for_byte(
     assert first.read_bytes() == second.read_bytes()
 
 
-@pytest.mark.parametrize("fmt", WRITABLE)
+@pytest.mark.parametrize("fmt", LOSSLESS)
 @pytest.mark.parametrize("recorded", ["frozenlake_episodes", "bfcl_episodes", "textworld_episodes"])
 def test_recorder_made_episodes_round_trip(
     fmt: str, recorded: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -91,7 +98,7 @@ def test_a_json_array_dump_reads(episodes: list[Episode], tmp_path: Path) -> Non
 
 
 def test_detection_from_the_first_readable_record(episodes: list[Episode], tmp_path: Path) -> None:
-    for fmt in WRITABLE:
+    for fmt in LOSSLESS:
         path = tmp_path / f"{fmt}.jsonl"
         write_episodes(episodes, path, fmt)
         assert detect_format(path) == fmt
@@ -164,9 +171,15 @@ def test_strict_mode_stops_at_the_first_bad_record(episodes: list[Episode], tmp_
     assert err.value.location == f"{path}:2"
 
 
-def test_fiveblock_is_read_only(episodes: list[Episode], tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="five-block is read only for now"):
-        write_episodes(episodes, tmp_path / "x.jsonl", "five-block")
+def test_fiveblock_is_written_through_its_plugin(tmp_path: Path) -> None:
+    """The data layer writes five-block through the world model's writer, loaded on use;
+    a several-call action does not fit a record and is refused by name."""
+    episode = text_episode()
+    assert write_episodes([episode], tmp_path / "x.jsonl", "five-block") == 1
+    back = read_episodes(tmp_path / "x.jsonl").episodes
+    assert [e.steps[0].action for e in back] == [s.action for s in episode.steps]
+    with pytest.raises(ValueError, match="step 0 makes 2 calls"):
+        write_episodes([tool_episode()], tmp_path / "y.jsonl", "five-block")
 
 
 def test_an_episode_a_format_cannot_carry_is_refused(mixed: Episode, tmp_path: Path) -> None:
@@ -214,7 +227,7 @@ def _odd_episodes() -> dict[str, Episode]:
     }
 
 
-@pytest.mark.parametrize("fmt", WRITABLE)
+@pytest.mark.parametrize("fmt", LOSSLESS)
 @pytest.mark.parametrize("case", list(_odd_episodes()))
 def test_odd_episodes_round_trip(fmt: str, case: str, tmp_path: Path) -> None:
     episode = _odd_episodes()[case]

@@ -1,0 +1,107 @@
+"""The one serialization: render_target then parse_target gives back every bundled step's
+observation and patch exactly; malformed model output is reported, never raised; the chat
+and plain renderings carry the same blocks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simworld.data.records import (
+    Episode,
+    Step,
+    TextAction,
+    TextObservation,
+    ToolCall,
+    ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
+)
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.patch import apply
+from simworld.worldmodel.render import (
+    BLOCKS,
+    HEADINGS,
+    SERIALIZATION_VERSION,
+    TARGET_MARKER,
+    format_target,
+    parse_target,
+    render_messages,
+    render_prompt,
+    render_target,
+)
+
+
+def test_round_trip_on_every_bundled_step(contexts: list[tuple[Episode, Step, Context]]) -> None:
+    assert {e.env for e, _, _ in contexts} == {"bfcl", "frozenlake"}
+    for _, step, ctx in contexts:
+        parsed = parse_target(render_target(ctx), step.action, expect_patch=True)
+        assert parsed.problems == []
+        assert parsed.observation == step.observation
+        assert ctx.target is not None and parsed.patch == ctx.target.patch
+        assert json.dumps(apply(step.state, parsed.patch)) == json.dumps(step.next_state)
+
+
+def test_the_target_format() -> None:
+    action = ToolCallsAction([ToolCall("a", "f", {}, "{}"), ToolCall("b c", "g", {}, "{}")])
+    observation = ToolResultsObservation(
+        [ToolResult("a", '{"x": 1}', {"x": 1}), ToolResult("b c", "two\nlines", None, True)]
+    )
+    text = format_target(observation, [])
+    assert text == 'a ok {"x": 1}\n"b c" error "two\\nlines"\npatch []'
+    assert parse_target(text, action).observation == observation
+    lake = TextObservation("  (Down)\nSF\nAG\n")
+    assert format_target(lake, None) == '"  (Down)\\nSF\\nAG\\n"'
+    for odd in ("", '"quoted"', "patch me", " pad"):
+        parsed = parse_target(format_target(TextObservation(odd), None), TextAction("x"))
+        assert parsed.observation == TextObservation(odd) and parsed.ok
+    assert SERIALIZATION_VERSION == 1
+
+
+CALLS = ToolCallsAction([ToolCall("c0", "ls", {}, "{}"), ToolCall("c1", "pwd", {}, "{}")])
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "no result for call 'c0', 'c1'"),
+        ("c0 ok []", "no result for call 'c1'"),
+        ('c0 ok []\nc1 ok "unterminated', "result line 2: an unreadable quoted text"),
+        ("c0 ok []\nc1 ok {}\nc2 ok {}", "result line 3: an unknown call id 'c2'; dropped"),
+        ("c0 ok []\nc9 ok {}", "result line 2: an unknown call id 'c9'; taken as call 'c1'"),
+        ("c0 fine []\nc1 ok {}", "result line 1: expected '<call id> ok|error <text>'"),
+        ("c0 ok []\nc1 ok {}\npatch [{", "patch: not JSON"),
+        ("c0 ok []\nc1 ok {}\npatch [{}]", "patch: op 0: unknown op None"),
+        ("c0 ok []\nc1 ok {}\npatch {}", "patch: a patch is a JSON array of ops, got dict"),
+        ("c0 ok []\nc1 ok {}", "no patch line"),
+        ("c0 ok []\nc1 ok {}\npatch []\npatch []", "2 patch lines; the last one is used"),
+    ],
+)
+def test_malformed_output_is_reported_not_raised(text: str, problem: str) -> None:
+    parsed = parse_target(text, CALLS, expect_patch=True)
+    assert any(p.startswith(problem) for p in parsed.problems), parsed.problems
+
+
+def test_text_observations_and_fences() -> None:
+    parsed = parse_target('```\n"a\\nb"\npatch []\n```', TextAction("UP"))
+    assert parsed.observation == TextObservation("a\nb") and parsed.patch == [] and parsed.ok
+    parsed = parse_target("line one\nline two", TextAction("UP"))
+    assert parsed.observation == TextObservation("line one\nline two")
+    assert parsed.problems == ["expected one observation line, got 2; joined them"]
+    assert parse_target("   ", TextAction("UP")).problems == ["no observation line"]
+
+
+def test_chat_and_plain_carry_the_same_blocks(
+    contexts: list[tuple[Episode, Step, Context]],
+) -> None:
+    for _, _, ctx in contexts[:: max(1, len(contexts) // 200)]:
+        prompt = render_prompt(ctx)
+        system, user = render_messages(ctx)
+        assert prompt.endswith(TARGET_MARKER) and system["role"] == "system"
+        assert prompt.removesuffix(TARGET_MARKER).rstrip("\n") == user["content"]
+        for block in BLOCKS:
+            body = getattr(ctx, block)
+            assert (f"## {HEADINGS[block]}\n{body}\n" in user["content"] + "\n") == bool(body)
+        assert ("patch" in system["content"]) == ctx.tracks_state
+        assert "Answer only with the prediction" in system["content"]

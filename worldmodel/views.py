@@ -1,0 +1,282 @@
+"""Per-env state views: a state rendered as compact JSON within a token budget, shrunk step
+by step (never cut blindly) until it fits.
+
+    from simworld.worldmodel.views import view_for
+    view = view_for(episode)                                  # by episode.env
+    text = view.render(step.state, step.action, budget=300, count=approx_tokens)
+
+Shrinking keeps the text valid JSON and says what it left out: a long string keeps its head
+and ends "…(+812 chars)", a long list keeps its first items and then "…(12 more)", an
+object keeps its first keys and then `"…":"(7 more keys)"`, and a container below the depth
+limit becomes "{…5 keys}" or "[…9 items]". Views:
+
+- `bfcl`: only the API classes whose tools the action calls (tool → class from the
+  episode's tool specs); the file system shows the current directory's subtree first, then
+  its parents and siblings as the budget allows;
+- `frozenlake`: the whole board (a board with rows left out would mislead);
+- any other env: the generic JSON view.
+
+A view that cannot fit even its tightest rendering raises `BudgetError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from simworld.data.records import JSON, Action, Episode, ToolCallsAction
+
+Count = Callable[[str], int]
+
+
+class BudgetError(ValueError):
+    """A block that cannot be rendered within its budget, even at its smallest."""
+
+    def __init__(self, block: str, needed: int, budget: int) -> None:
+        self.block, self.needed, self.budget = block, needed, budget
+        super().__init__(
+            f"the {block} block needs at least {needed} tokens but only {budget} are left; "
+            "raise the budget or shorten the episode's inputs"
+        )
+
+
+def compact(value: JSON) -> str:
+    """JSON without spaces (keys in their order, non-ASCII kept)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Level:
+    """How much of a value one shrinking step keeps (None: no limit): containers `depth`
+    levels deep, `items` entries per container, `chars` characters per string."""
+
+    depth: int | None = None
+    items: int | None = None
+    chars: int | None = None
+
+
+# From the whole value down to almost nothing; each step is tighter in every respect.
+LEVELS = (
+    Level(),
+    Level(None, None, 2000),
+    Level(None, 60, 800),
+    Level(8, 30, 400),
+    Level(6, 16, 160),
+    Level(5, 10, 80),
+    Level(4, 6, 40),
+    Level(3, 4, 24),
+    Level(2, 3, 12),
+    Level(1, 2, 8),
+    Level(0, 0, 0),
+)
+
+
+def shrink(value: JSON, level: Level) -> JSON:
+    """`value` cut down to `level`, with explicit markers where something was left out."""
+    if isinstance(value, str):
+        if level.chars is not None and len(value) > level.chars + 12:  # a marker costs ~12
+            return f"{value[: level.chars]}…(+{len(value) - level.chars} chars)"
+        return value
+    if not isinstance(value, dict | list) or not value:
+        return value
+    if level.depth is not None and level.depth <= 0:
+        return f"{{…{len(value)} keys}}" if isinstance(value, dict) else f"[…{len(value)} items]"
+    inner = Level(None if level.depth is None else level.depth - 1, level.items, level.chars)
+    keep = len(value) if level.items is None else level.items
+    if isinstance(value, list):
+        kept = [shrink(x, inner) for x in value[:keep]]
+        return [*kept, f"…({len(value) - keep} more)"] if len(value) > keep else kept
+    out = {k: shrink(v, inner) for k, v in list(value.items())[:keep]}
+    if len(value) > keep:
+        out["…"] = f"({len(value) - keep} more keys)"
+    return out
+
+
+def fit(render: Callable[[int], str], steps: int, budget: int, count: Count, block: str) -> str:
+    """The first of `render(0) … render(steps - 1)` (ever smaller) that fits `budget`;
+    bisects, since sizes fall with the step. BudgetError when even the last is too big."""
+    first = render(0)
+    if count(first) <= budget:
+        return first
+    last = render(steps - 1)
+    if count(last) > budget:
+        raise BudgetError(block, count(last), budget)
+    lo, hi, best = 1, steps - 1, last  # render(hi) fits (it is `best`); render(lo - 1) not
+    while lo < hi:
+        mid = (lo + hi) // 2
+        text = render(mid)
+        if count(text) <= budget:
+            hi, best = mid, text
+        else:
+            lo = mid + 1
+    return best
+
+
+class StateView(Protocol):
+    """Renders a state for the model: compact, within `budget` tokens as `count` counts."""
+
+    def render(self, state: JSON, action: Action, budget: int, count: Count) -> str: ...
+
+
+class JsonView:
+    """Any state: compact JSON, shrunk through LEVELS until it fits."""
+
+    def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
+        return fit(lambda i: compact(shrink(state, LEVELS[i])), len(LEVELS), budget, count, "state")
+
+
+class FrozenLakeView:
+    """The lake: board rows, the agent's position and the size, whole or not at all."""
+
+    def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
+        text = compact(state)
+        if count(text) > budget:
+            raise BudgetError("state", count(text), budget)
+        return text
+
+
+FILE_SYSTEM = "GorillaFileSystem"
+
+
+class BfclView:
+    """BFCL: {ApiClass: {...}} restricted to the classes the action's tools belong to (all
+    of them when no called tool has a known class); the file system focused on its `_cwd`."""
+
+    def __init__(self, tool_classes: Mapping[str, str]) -> None:
+        self.tool_classes = dict(tool_classes)
+
+    @classmethod
+    def from_episode(cls, episode: Episode) -> BfclView:
+        """Tool → class from the tool specs' `bfcl_class` annotation."""
+        classes = {}
+        for tool in episode.tools:
+            name = tool.annotations.get("bfcl_class")
+            if isinstance(name, str):
+                classes[tool.name] = name
+        return cls(classes)
+
+    def classes(self, state: dict[str, JSON], action: Action) -> list[str]:
+        called = set()
+        if isinstance(action, ToolCallsAction):
+            called = {self.tool_classes.get(c.name) for c in action.calls}
+        picked = [name for name in state if name in called]
+        return picked or list(state)
+
+    def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
+        if not isinstance(state, dict):
+            return JsonView().render(state, action, budget, count)
+        picked = {name: state[name] for name in self.classes(state, action)}
+        steps = _FOCUS_STEPS
+
+        def render(i: int) -> str:
+            outside, items, level = steps[i]
+            out = {}
+            for name, value in picked.items():
+                if name == FILE_SYSTEM:
+                    out[name] = focus_file_system(value, level, Level(outside, items, level.chars))
+                else:
+                    out[name] = shrink(value, level)
+            return compact(out)
+
+        return fit(render, len(steps), budget, count, "state")
+
+
+# (how deep the tree outside the current directory is shown, how many of its entries per
+# directory, the level inside the current directory): the outside shrinks first.
+_FOCUS_STEPS: tuple[tuple[int | None, int | None, Level], ...] = (
+    (None, None, LEVELS[0]),
+    (None, None, LEVELS[1]),
+    *((d, None, LEVELS[1]) for d in (3, 2, 1, 0)),
+    *((0, k, LEVELS[1]) for k in (8, 2, 0)),
+    *((0, 0, level) for level in LEVELS[2:]),
+)
+
+
+def focus_file_system(fs: JSON, level: Level, outside: Level | None = None) -> JSON:
+    """The file system class state with its tree focused on `_cwd`: the current directory's
+    subtree at `level`, the directories on the way to it, and their other entries at
+    `outside` (by default, as `level`). A state of another shape is shrunk generically."""
+    if not isinstance(fs, dict) or not isinstance(fs.get("root"), dict):
+        return shrink(fs, level)
+    cwd = fs.get("_cwd")
+    parts = [p for p in cwd.split("/") if p] if isinstance(cwd, str) else []
+    out: dict[str, JSON] = {}
+    for key, value in fs.items():
+        if key == "root":
+            out[key] = _focus(value, parts, level, outside or level)
+        else:
+            out[key] = shrink(value, Level(None, level.items, level.chars))
+    return out
+
+
+def _focus(tree: dict[str, JSON], parts: list[str], level: Level, away: Level) -> JSON:
+    """One directory's entries: the one on the path to the cwd (focused), then at most
+    `away.items` others, each `away.depth` directory levels deep."""
+    out: dict[str, JSON] = {}
+    others = 0
+    for name, node in tree.items():
+        on_path = bool(parts) and name == parts[0]
+        if on_path and isinstance(node, dict) and isinstance(node.get("contents"), dict):
+            if len(parts) == 1:
+                out[name] = _node(node, level)
+            else:
+                inner = _focus(node["contents"], parts[1:], level, away)
+                rest = {k: v for k, v in node.items() if k != "contents"}
+                out[name] = {**rest, "contents": inner}
+            continue
+        others += 1
+        if away.items is None or others <= away.items:
+            out[name] = _node(node, away)
+    if away.items is not None and others > away.items:
+        out["…"] = f"({others - away.items} more entries)"
+    return out
+
+
+def _node(node: JSON, level: Level) -> JSON:
+    """A file or directory node; the depth counts directory levels, not JSON levels."""
+    if not isinstance(node, dict) or not isinstance(node.get("contents"), dict):
+        return shrink(node, Level(None, level.items, level.chars))
+    contents: dict[str, JSON] = node["contents"]
+    rest = {k: v for k, v in node.items() if k != "contents"}
+    if level.depth is not None and level.depth <= 0:
+        return {**rest, "contents": f"{{…{len(contents)} entries}}" if contents else {}}
+    inner = Level(None if level.depth is None else level.depth - 1, level.items, level.chars)
+    keep = len(contents) if level.items is None else level.items
+    out = {name: _node(child, inner) for name, child in list(contents.items())[:keep]}
+    if len(contents) > keep:
+        out["…"] = f"({len(contents) - keep} more entries)"
+    return {**rest, "contents": out}
+
+
+ViewFactory = Callable[[Episode], StateView]
+
+VIEWS: dict[str, ViewFactory] = {
+    "bfcl": BfclView.from_episode,
+    "frozenlake": lambda episode: FrozenLakeView(),
+}
+
+
+def view_for(episode: Episode) -> StateView:
+    """The state view of the episode's env (the generic JSON view for an unknown env)."""
+    factory = VIEWS.get(episode.env)
+    return JsonView() if factory is None else factory(episode)
+
+
+__all__ = [
+    "LEVELS",
+    "VIEWS",
+    "BfclView",
+    "BudgetError",
+    "Count",
+    "FrozenLakeView",
+    "JsonView",
+    "Level",
+    "StateView",
+    "compact",
+    "fit",
+    "focus_file_system",
+    "shrink",
+    "view_for",
+]
