@@ -1,0 +1,180 @@
+"""The own decode loop: a batch of token lists in, generated token lists out, on `LeanLlama`.
+
+    1. The tokens all rows share at the start (schemas, rules, ...) are prefilled once, with
+       batch 1; a `PrefixCache` keeps such prefixes' keys and values across calls, so the
+       next step of a session only prefills what changed.
+    2. The shared prefix's cache is broadcast to every row; each row's own suffix is
+       prefilled, left-padded, in one batched forward.
+    3. Decode steps of one token per row; a row stops at an end token, a stop string or
+       `max_new_tokens`; the loop ends when every row has. When half the rows have
+       finished, they are dropped from the batch (cache rows included).
+
+Cache layout per row: [shared prefix | padding | suffix | generated]; padding slots are
+masked out and rotary positions skip them, so a row sees exactly what it would alone.
+Sampling draws row `b` from its own generator seeded `seeds[b]`: top-p over the
+temperature-scaled softmax, by inverse CDF.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.engines.lean import KVCache, LeanLlama
+
+
+class PrefixCache:
+    """Keys and values of recently prefilled prefixes (LRU, `size` entries), reused for any
+    later prefix that starts the same way (causality: slot i depends on tokens <= i)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, ...], KVCache] = OrderedDict()
+        self.hits = self.reused_tokens = 0
+
+    def longest_match(self, tokens: Sequence[int]) -> tuple[int, KVCache | None]:
+        best, best_key = 0, None
+        for key in self._entries:
+            n = _common_length([key, tokens])
+            if n > best:
+                best, best_key = n, key
+        if best_key is None:
+            return 0, None
+        self._entries.move_to_end(best_key)
+        self.hits += 1
+        self.reused_tokens += best
+        return best, self._entries[best_key]
+
+    def put(self, tokens: Sequence[int], cache: KVCache) -> None:
+        if self.size <= 0 or not tokens:
+            return
+        self._entries[tuple(tokens)] = cache
+        self._entries.move_to_end(tuple(tokens))
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+
+def _common_length(rows: Sequence[Sequence[int]]) -> int:
+    n = min(len(r) for r in rows)
+    first = rows[0]
+    for i in range(n):
+        if any(r[i] != first[i] for r in rows):
+            return i
+    return n
+
+
+def _prefill_prefix(lean: LeanLlama, prefix: list[int], cache: PrefixCache) -> KVCache:
+    """Keys and values (batch 1) for `prefix`, reusing the longest cached match."""
+    P = len(prefix)
+    out = lean.new_cache(1, P)
+    known, hit = cache.longest_match(prefix)
+    if hit is not None:
+        for dst, src in zip(out.k + out.v, hit.k + hit.v, strict=True):
+            dst[:, :, :known] = src[:, :, :known]
+    if known < P:
+        dev = lean.device
+        ids = torch.tensor([prefix[known:]], device=dev)  # (1, P - known)
+        pos = torch.arange(known, P, device=dev)[None]  # (1, P - known)
+        valid = torch.ones(1, P, dtype=torch.bool, device=dev)  # (1, P)
+        lean.forward(ids, pos, out, known, valid)
+    cache.put(prefix, out)
+    return out
+
+
+def _prefill_batch(
+    lean: LeanLlama, rows: list[list[int]], cache: PrefixCache, capacity_extra: int
+) -> tuple[KVCache, Tensor, Tensor, Tensor]:
+    """Steps 1-2: returns the batch cache, `key_valid` (B, capacity), the next rotary
+    position per row (B,) and the logits after the last prompt token (B, V)."""
+    B, dev = len(rows), lean.device
+    P = min(_common_length(rows), min(len(r) for r in rows) - 1)  # keep >= 1 suffix token
+    suffixes = [r[P:] for r in rows]
+    Ts = max(len(s) for s in suffixes)
+    batch = lean.new_cache(B, P + Ts + capacity_extra)
+    key_valid = torch.zeros(B, batch.capacity, dtype=torch.bool, device=dev)
+    if P > 0:
+        shared = _prefill_prefix(lean, rows[0][:P], cache)
+        for dst, src in zip(batch.k + batch.v, shared.k + shared.v, strict=True):
+            dst[:, :, :P] = src  # (1, Hkv, P, hd) broadcast over rows
+        key_valid[:, :P] = True
+    lengths = torch.tensor([len(s) for s in suffixes], device=dev)  # (B,)
+    pad = Ts - lengths  # (B,)
+    ids = torch.zeros(B, Ts, dtype=torch.long, device=dev)  # (B, Ts)
+    for b, s in enumerate(suffixes):
+        ids[b, Ts - len(s) :] = torch.tensor(s, device=dev)
+    t = torch.arange(Ts, device=dev)[None]  # (1, Ts)
+    real = t >= pad[:, None]  # (B, Ts)
+    key_valid[:, P : P + Ts] = real
+    pos = (P + t - pad[:, None]).clamp(min=0)  # (B, Ts)
+    hidden = lean.forward(ids, pos, batch, P, key_valid)  # (B, D)
+    return batch, key_valid, P + lengths, lean.logits(hidden)
+
+
+def _sample(logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator]) -> Tensor:
+    """One token per row (B,) from logits (B, V): argmax, or top-p sampling by inverse CDF
+    with each row's own generator."""
+    if not cfg.do_sample:
+        return logits.argmax(dim=-1)  # (B,)
+    probs = torch.softmax(logits / cfg.temperature, dim=-1)  # (B, V)
+    sorted_p, order = probs.sort(dim=-1, descending=True)  # (B, V) each
+    cum = sorted_p.cumsum(dim=-1)  # (B, V)
+    sorted_p = sorted_p.masked_fill(cum - sorted_p >= cfg.top_p, 0.0)  # keeps the top token
+    cum = sorted_p.cumsum(dim=-1)  # (B, V)
+    u = torch.stack([torch.rand((), generator=g, device=g.device) for g in gens])  # (B,)
+    u = u.to(cum.device) * cum[:, -1]  # (B,)
+    idx = torch.searchsorted(cum, u[:, None]).clamp(max=cum.shape[1] - 1)  # (B, 1)
+    return order.gather(1, idx).squeeze(1)  # (B,)
+
+
+def lean_generate(
+    lean: LeanLlama,
+    rows: list[list[int]],
+    cfg: GenerationConfig,
+    eos_ids: set[int],
+    seeds: Sequence[int],
+    cache: PrefixCache,
+    decode_text: Callable[[list[int]], str] | None = None,
+) -> list[list[int]]:
+    """Generate for each token list in `rows`; returns the new tokens per row, the end
+    token excluded. `decode_text` turns tokens to text for stop strings (needed when
+    `cfg.stop` is set)."""
+    if any(not r for r in rows):
+        raise ValueError("every prompt must have at least one token")
+    B, dev = len(rows), lean.device
+    batch, key_valid, next_pos, logits = _prefill_batch(lean, rows, cache, cfg.max_new_tokens)
+    slot = batch.capacity - cfg.max_new_tokens
+    gen_device = "cpu" if dev.type == "mps" else dev
+    gens = [torch.Generator(device=gen_device).manual_seed(int(s)) for s in seeds]
+    eos = torch.tensor(sorted(eos_ids), device=dev)  # (n_eos,)
+    out: list[list[int]] = [[] for _ in range(B)]
+    live = list(range(B))  # batch row -> index in `rows`; finished rows are dropped
+    done = [False] * B  # per batch row
+    for step in range(cfg.max_new_tokens):
+        token = _sample(logits, cfg, gens)  # (b,)
+        ended, picked = torch.isin(token, eos).tolist(), token.tolist()
+        for b, r in enumerate(live):
+            if done[b]:
+                continue
+            done[b] = ended[b]
+            if not done[b]:
+                out[r].append(picked[b])
+                if cfg.stop and decode_text is not None:
+                    done[b] = any(s in decode_text(out[r]) for s in cfg.stop)
+        if all(done) or step == cfg.max_new_tokens - 1:
+            break
+        if sum(done) * 2 >= len(live):  # compact: finished rows stop costing compute
+            keep = torch.tensor([b for b, d in enumerate(done) if not d], device=dev)  # (b',)
+            batch = KVCache(k=[t[keep] for t in batch.k], v=[t[keep] for t in batch.v])
+            key_valid, next_pos, token = key_valid[keep], next_pos[keep], token[keep]
+            gens = [gens[b] for b in keep.tolist()]
+            live = [live[b] for b in keep.tolist()]
+            done = [False] * len(live)
+        key_valid[:, slot + step] = True
+        pos = (next_pos + step)[:, None]  # (b, 1)
+        hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid)  # (b, D)
+        logits = lean.logits(hidden)  # (b, V)
+    return out

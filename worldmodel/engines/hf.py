@@ -1,0 +1,203 @@
+"""The transformers engine: a Hugging Face causal LM and its tokenizer, on CPU or GPU.
+
+    engine = TransformersEngine(model, tokenizer, device="cpu", decode="own")
+    engine.generate(["<prompt>", ...], GenerationConfig(max_new_tokens=64))
+    engine.generate_chat([[{"role": "user", "content": "..."}]], cfg, validate=is_json)
+
+Two decode paths with the same greedy outputs:
+- `decode="own"` (default for Llama models): `decode.lean_generate` over `lean.LeanLlama`,
+  static KV cache tensors, a prefix shared by a batch prefilled once, prefixes kept across
+  calls (`prefix_cache_size` entries), per-row seeds (row i of a request samples with seed
+  `cfg.seed + i`, whatever else is in the batch).
+- `decode="generate"`: HF `model.generate` (left padding, its dynamic KV cache); any causal
+  LM; sampling repeats for the same batch and seed only.
+
+Prompts are sorted (token lists in lexicographic order, so shared prefixes sit together)
+and run in batches of `batch_size`; outputs come back in the caller's order. An output ends
+before the first end token (the tokenizer's eos and the model's generation-config eos) or
+stop string, or after `max_new_tokens`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import transformers
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from simworld.worldmodel.engines.base import (
+    ChatMessages,
+    GenerationConfig,
+    RetryReport,
+    Validator,
+    generate_validated,
+    truncate_at_stop,
+)
+from simworld.worldmodel.engines.decode import PrefixCache, lean_generate
+from simworld.worldmodel.engines.lean import LeanLlama, unsupported_reason
+
+DecodePath = Literal["own", "generate"]
+
+
+class TransformersEngine:
+    """Batched generation with a `transformers` model; see the module docstring."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        device: str | torch.device | None = None,
+        decode: DecodePath | None = None,
+        batch_size: int = 32,
+        prefix_cache_size: int = 8,
+        max_retries: int = 2,
+    ) -> None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer has no eos token: it must end an observation")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if device is not None:
+            torch.nn.Module.to(model, device)
+        torch.nn.Module.eval(model)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = self.model.device
+        reason = unsupported_reason(self.model)
+        if decode == "own" and reason is not None:
+            raise NotImplementedError(f"decode='own' cannot run this model: {reason}")
+        self.decode: DecodePath = decode or ("own" if reason is None else "generate")
+        self.lean = LeanLlama(self.model) if self.decode == "own" else None
+        self.prefix_cache = PrefixCache(prefix_cache_size)
+        self.batch_size = batch_size
+        self.max_retries = max_retries
+        self.eos_ids = _eos_ids(self.model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else min(self.eos_ids)
+        self.last_report = RetryReport()
+        self._lock = threading.Lock()
+
+    def generate(self, prompts: Sequence[str], cfg: GenerationConfig) -> list[str]:
+        rows = self._encode(prompts, add_special_tokens=True)
+        return self._complete(rows, cfg, list(range(len(rows))))
+
+    def generate_chat(
+        self,
+        messages: Sequence[ChatMessages],
+        cfg: GenerationConfig,
+        validate: Validator | None = None,
+    ) -> list[str]:
+        """Render each conversation with the tokenizer's chat template (generation prompt
+        added), generate, and retry rows that `validate` rejects (`max_retries`, reported
+        in `last_report`)."""
+        if self.tokenizer.chat_template is None:
+            raise ValueError("the tokenizer has no chat template; use generate() with text")
+        texts = [
+            str(self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False))
+            for m in messages
+        ]
+        rows = self._encode(texts, add_special_tokens=False)  # the template wrote any BOS
+
+        def run(indices: list[int], run_cfg: GenerationConfig) -> list[str]:
+            return self._complete([rows[i] for i in indices], run_cfg, indices)
+
+        outputs, self.last_report = generate_validated(
+            run, len(rows), cfg, validate, self.max_retries
+        )
+        return outputs
+
+    def _encode(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[int]]:
+        if isinstance(texts, str):
+            raise TypeError("pass a sequence of prompts, not one string")
+        enc = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)
+        rows: list[list[int]] = enc["input_ids"]
+        if any(not r for r in rows):
+            raise ValueError("a prompt encodes to no tokens")
+        return rows
+
+    def generate_tokens(
+        self, rows: Sequence[list[int]], cfg: GenerationConfig, seed_offsets: Sequence[int] = ()
+    ) -> list[list[int]]:
+        """Token-level generation: new tokens per row (end token excluded), in sorted
+        batches of `batch_size`; row j samples with seed `cfg.seed + seed_offsets[j]`
+        (default: j)."""
+        offsets = list(seed_offsets) or list(range(len(rows)))
+        order = sorted(range(len(rows)), key=lambda i: rows[i])
+        out: list[list[int]] = [[] for _ in rows]
+        with self._lock:
+            for lo in range(0, len(order), self.batch_size):
+                chunk = order[lo : lo + self.batch_size]
+                seeds = [cfg.seed + offsets[i] for i in chunk]
+                new = self._generate_ids([list(rows[i]) for i in chunk], cfg, seeds)
+                for i, ids in zip(chunk, new, strict=True):
+                    out[i] = ids
+        return out
+
+    def _complete(
+        self, rows: list[list[int]], cfg: GenerationConfig, seed_offsets: list[int]
+    ) -> list[str]:
+        new = self.generate_tokens(rows, cfg, seed_offsets)
+        return [truncate_at_stop(self._text(ids), cfg.stop)[0] for ids in new]
+
+    def _generate_ids(
+        self, rows: list[list[int]], cfg: GenerationConfig, seeds: list[int]
+    ) -> list[list[int]]:
+        if self.lean is not None:
+            return lean_generate(
+                self.lean, rows, cfg, self.eos_ids, seeds, self.prefix_cache, self._text
+            )
+        return self._hf_generate(rows, cfg, seeds[0])
+
+    def _text(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+
+    def _hf_generate(
+        self, rows: list[list[int]], cfg: GenerationConfig, seed: int
+    ) -> list[list[int]]:
+        """HF `generate` on a left-padded batch, seeded globally with the batch's first seed."""
+        B, T = len(rows), max(len(r) for r in rows)
+        ids = torch.full((B, T), self.pad_id, dtype=torch.long)  # (B, T)
+        mask = torch.zeros(B, T, dtype=torch.long)  # (B, T)
+        for b, r in enumerate(rows):
+            ids[b, T - len(r) :] = torch.tensor(r)
+            mask[b, T - len(r) :] = 1
+        gen_cfg = transformers.GenerationConfig(  # type: ignore[no-untyped-call]
+            max_new_tokens=cfg.max_new_tokens,
+            do_sample=cfg.do_sample,
+            temperature=cfg.temperature if cfg.do_sample else None,
+            top_p=cfg.top_p if cfg.do_sample else None,
+            top_k=None,
+            eos_token_id=sorted(self.eos_ids),
+            pad_token_id=self.pad_id,
+            stop_strings=list(cfg.stop) or None,
+        )
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            out = self.model.generate(  # type: ignore[operator]
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                generation_config=gen_cfg,
+                tokenizer=self.tokenizer if cfg.stop else None,
+            )  # (B, T + new)
+        return [_until_eos(r, self.eos_ids) for r in out[:, T:].tolist()]
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids = {int(tokenizer.eos_token_id)}
+    configured = model.generation_config.eos_token_id if model.generation_config else None
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(int(i) for i in configured)
+    return ids
+
+
+def _until_eos(ids: list[int], eos_ids: set[int]) -> list[int]:
+    for i, t in enumerate(ids):
+        if t in eos_ids:
+            return ids[:i]
+    return ids
