@@ -1,0 +1,41 @@
+"""The trained byte-level BPE: lossless on JSON text, and a save/load round trip."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simworld.worldmodel.tokenizer import EOS, PAD, decode, encode, load_tokenizer, train_tokenizer
+
+TEXTS = [
+    json.dumps({"path": "/Home/Alex", "items": ["A.txt", "b.TXT"], "n": 12}),
+    json.dumps({"error": "No such file: 'Log.txt'\nTry again"}, indent=2),
+    "  leading spaces, Tabs\tand\nnewlines\r\n, unicode: Ünïcode 日本 ✓",
+] * 20
+
+
+def test_round_trip_through_a_checkpoint_directory(tmp_path: Path) -> None:
+    tok = train_tokenizer(TEXTS, vocab_size=400)
+    tok.save_pretrained(str(tmp_path))
+    assert (tmp_path / "tokenizer.json").is_file()
+    assert (tmp_path / "tokenizer_config.json").is_file()
+    loaded = load_tokenizer(tmp_path)
+    assert loaded.pad_token == PAD and loaded.eos_token == EOS
+    for text in [*TEXTS[:3], 'unseen Words\n\n{"K": [1, 2]}  ']:
+        ids = encode(tok, text)
+        assert encode(loaded, text) == ids
+        assert decode(loaded, ids) == text
+
+
+def test_special_tokens_are_single_ids_and_never_added_by_encode() -> None:
+    tok = train_tokenizer(TEXTS, vocab_size=400)
+    assert tok.convert_tokens_to_ids([PAD, EOS]) == [tok.pad_token_id, tok.eos_token_id]
+    assert tok.eos_token_id not in encode(tok, TEXTS[0])
+    assert len(tok) <= 400
+
+
+def test_too_small_a_vocabulary_says_the_minimum() -> None:
+    with pytest.raises(ValueError, match="at least 259"):
+        train_tokenizer(TEXTS, vocab_size=100)
