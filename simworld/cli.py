@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("simworld.data.cli", "convert a dump between formats"),
     "inspect": ("simworld.data.cli", "summarize a dump: episodes, steps, tools, errors"),
     "bundle": ("simworld.data.cli", "rebuild the bundled dataset (maintainers)"),
+    "train": ("simworld.training.cli", "train a world model (sft)"),
+    "bench": ("simworld.worldmodel.cli", "measure decode speed (bench decode)"),
 }
 
 

@@ -1,2 +1,22 @@
-"""simworld.worldmodel: the learned transition function (serialization, tokenizer, AR and
-masked-diffusion models, engines, checkpoints). Not built yet: see the open issues."""
+"""simworld.worldmodel: the learned transition function.
+
+Built: the one serialization (`context`, `render`, `views`, `patch`), the byte-level BPE
+tokenizer, the autoregressive model (from scratch, a local HF directory, or the GGUF
+SmolLM2-135M-Instruct), checkpoints, and the inference engines (transformers with its own
+decode path, any OpenAI-compatible endpoint, vLLM untested). Not built yet: the masked-
+diffusion model (see the open issues). Importing this package does not import torch.
+
+    from simworld.worldmodel import load_world_model
+    wm = load_world_model("path/to/checkpoint")
+    predictions = wm.predict([wm.context(episode, 0)])
+"""
+
+from simworld.worldmodel.world_model import (
+    Prediction,
+    TextWorldModel,
+    WorldModel,
+    default_checkpoint,
+    load_world_model,
+)
+
+__all__ = ["Prediction", "TextWorldModel", "WorldModel", "default_checkpoint", "load_world_model"]

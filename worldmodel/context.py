@@ -116,6 +116,7 @@ class Context:
     action: str
     action_kind: Literal["tool_calls", "text"]
     tracks_state: bool
+    action_record: Action  # the action itself: the parser maps results to its call ids
     target: Target | None = None
 
 
@@ -212,6 +213,7 @@ def _assemble(
         steering=fixed["steering"],
         history="",
         action=fixed["action"],
+        action_record=action,
         action_kind=kind,
         tracks_state=state is not None,
     )

@@ -1,0 +1,160 @@
+"""The `simworld train sft` recipe: episodes → the one serialization → (prompt, target)
+pairs → `train_sft` → a checkpoint that `load_world_model` serves.
+
+A tiny CPU run (seconds), as its test does:
+
+    from simworld.training.sft_run import SFTRun, run_sft
+    metrics = run_sft(SFTRun(preset="tiny", out="out/tiny", envs=("frozenlake",), limit=40))
+
+Presets pair a model/trainer preset (`SFTConfig.preset`) with the prompt budget and the
+longest target the model learns (`RECIPES`). Training reads the bundled train split (or
+`data` files) and validates on the bundled val split (or `val_data`); `exclude_apis` drops
+every training scenario that involves those APIs (the held-out-API experiment).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from simworld.training.batching import Example
+from simworld.training.data import load_split, to_examples
+from simworld.training.sft import SFTConfig, evaluate, train_sft, val_subsets
+from simworld.worldmodel.checkpoint import load_checkpoint
+from simworld.worldmodel.context import Budget, approx_tokens
+from simworld.worldmodel.render import SERIALIZATION_VERSION
+from simworld.worldmodel.tokenizer import load_tokenizer, token_counter, train_tokenizer
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a preset fixes besides the trainer: the prompt budget (approximate tokens), the
+    longest target learned (longer ones are counted and left out), and per-env caps on
+    training examples (a seeded sample; FrozenLake's 7,422 boards would otherwise take most
+    of a CPU budget that BFCL's tool results need more)."""
+
+    budget_tokens: int
+    max_target_tokens: int
+    env_caps: tuple[tuple[str, int], ...] = ()
+
+
+RECIPES = {
+    "tiny": Recipe(budget_tokens=160, max_target_tokens=48),
+    "default": Recipe(budget_tokens=384, max_target_tokens=112, env_caps=(("frozenlake", 1500),)),
+}
+
+
+@dataclass(frozen=True)
+class SFTRun:
+    """One `simworld train sft` invocation."""
+
+    out: str | Path
+    preset: str = "default"
+    data: tuple[str, ...] = ()  # dump files; empty: the bundled train split
+    val_data: tuple[str, ...] = ()  # dump files; empty: the bundled val split
+    envs: tuple[str, ...] = ()  # keep only these envs; empty: all
+    exclude_apis: tuple[str, ...] = ()
+    minutes: float | None = None  # time budget; the run stops (saving) after it
+    resume: bool = False
+    seed: int = 0
+    limit: int | None = None  # first N training examples only (smoke runs)
+    base: str | None = None  # pretrained base: a local HF directory or "smollm2-gguf"
+    lora_r: int = 0
+
+    def __post_init__(self) -> None:
+        if self.preset not in RECIPES:
+            raise ValueError(f"unknown preset {self.preset!r}: choose one of {sorted(RECIPES)}")
+
+
+def run_sft(run: SFTRun) -> dict[str, Any]:
+    """Build the pairs, train, write the checkpoint to `run.out`; return its metrics.
+
+    From scratch, the tokenizer is trained first (on pairs sized by the approximate count)
+    and the pairs are then rebuilt with its real count, so a prompt never exceeds the
+    budget in the tokens the model sees and nothing is cut at training or at serving time.
+    A pretrained base keeps the approximate count (recorded as `budget_count`)."""
+    recipe = RECIPES[run.preset]
+    cfg = SFTConfig.preset(run.preset)
+    train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
+    val_eps = load_split("val", run.val_data, run.envs)
+    budget = Budget(total=recipe.budget_tokens)
+    tokenizer = None
+    if run.base is None and not run.resume:
+        rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens)
+        tokenizer = train_tokenizer((t for ex in rough for t in (ex.prompt, ex.target)),
+                                    cfg.vocab_size)  # fmt: skip
+        budget = Budget(total=recipe.budget_tokens, count=token_counter(tokenizer))
+    elif run.base is None:
+        budget = Budget(total=recipe.budget_tokens, count=token_counter(load_tokenizer(
+            Path(run.out) / "resume")))  # fmt: skip
+    train, train_report = to_examples(train_eps, budget, recipe.max_target_tokens)
+    val, val_report = to_examples(val_eps, budget, recipe.max_target_tokens)
+    train = _cap(train, dict(recipe.env_caps), run.seed)
+    if run.limit is not None:
+        train = train[: run.limit]
+    if not train or not val:
+        raise ValueError(f"no examples to train on ({len(train)}) or validate with ({len(val)})")
+    span = recipe.budget_tokens + recipe.max_target_tokens + 8  # prompt + target + eos
+    cfg = replace(
+        cfg,
+        max_len=max(cfg.max_len, span),
+        max_new_tokens=recipe.max_target_tokens + 1,
+        time_budget_min=run.minutes,
+        seed=run.seed,
+        serialization_version=str(SERIALIZATION_VERSION),
+        base=run.base,
+        lora_r=run.lora_r,
+        model=replace(cfg.model, max_positions=max(cfg.model.max_positions, span)),
+    )
+    print(
+        f"sft: {len(train)} train / {len(val)} val examples; left out (train): "
+        f"{train_report.over_budget} over the {recipe.budget_tokens}-token prompt budget, "
+        f"{train_report.long_target} with targets over {recipe.max_target_tokens} tokens"
+    )
+    extra = {
+        "budget_tokens": recipe.budget_tokens,
+        "budget_count": "approx" if run.base else "tokenizer",
+        "max_new_tokens": cfg.max_new_tokens,
+        "data": list(run.data) or ["bundled:train"],
+        "val_data": list(run.val_data) or ["bundled:val"],
+        "exclude_apis": list(run.exclude_apis),
+        "envs": list(run.envs),
+        "examples": {"train": train_report.as_dict(), "val": val_report.as_dict()},
+    }
+    return train_sft(
+        cfg, train, val, run.out, resume=run.resume, extra_args=extra, tokenizer=tokenizer
+    )
+
+
+def reproduce_val_metrics(directory: str | Path) -> dict[str, float]:
+    """Recompute a checkpoint's final val loss and val exact match from its recorded
+    training arguments: the same val pairs, subsets and decoding as at the end of training."""
+    model, tok, meta = load_checkpoint(directory)
+    args = meta.training_args
+    fields = ("seed", "val_loss_examples", "exact_samples", "max_len", "max_new_tokens",
+              "batch_tokens")  # fmt: skip
+    cfg = replace(SFTConfig(), **{k: args[k] for k in fields})
+    count = token_counter(tok) if args.get("budget_count") == "tokenizer" else approx_tokens
+    budget = Budget(total=int(args["budget_tokens"]), count=count)
+    val_files = [f for f in args.get("val_data", []) if f != "bundled:val"]
+    val_eps = load_split("val", val_files, args.get("envs", ()))
+    val, _ = to_examples(val_eps, budget, int(args["max_new_tokens"]) - 1)
+    torch.set_num_threads(int(args.get("threads", 2)))
+    return evaluate(cfg, model, tok, val_subsets(cfg, tok, val))
+
+
+def _cap(examples: list[Example], caps: dict[str, int], seed: int) -> list[Example]:
+    """At most caps[env] examples of each capped env, sampled with `seed`; order kept."""
+    keep = set(range(len(examples)))
+    for env, cap in caps.items():
+        mine = [i for i, ex in enumerate(examples) if ex.env == env]
+        if len(mine) > cap:
+            keep -= set(mine) - set(random.Random(seed).sample(mine, cap))
+    return [ex for i, ex in enumerate(examples) if i in keep]
+
+
+__all__ = ["RECIPES", "Recipe", "SFTRun", "reproduce_val_metrics", "run_sft"]

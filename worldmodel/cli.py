@@ -1,0 +1,68 @@
+"""The world-model layer's `simworld` subcommand: `simworld bench decode`.
+
+    simworld bench decode                      # the shipped default on bundled test prompts
+    simworld bench decode --model out/ckpt     # any AR checkpoint
+    simworld bench decode --model random       # a random 5.3M Llama on synthetic prompts
+
+Prints ms per observation, new tokens/s and the fraction of the machine's bound, for HF
+`generate` and the own decode path at batch 1, 8 and 32 (see `simworld.worldmodel.bench`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
+    """Add `command`'s arguments to `parser` and return its handler."""
+    if command != "bench":
+        raise ValueError(f"unknown world-model command {command!r}")
+    what = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
+    decode = what.add_parser("decode", help="decode speed of a world model")
+    decode.add_argument("--model", default="default", help="a checkpoint, default, or random")
+    decode.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    decode.add_argument("--new-tokens", type=int, default=24)
+    decode.add_argument("--threads", type=int, default=2)
+    return _decode
+
+
+def _decode(args: argparse.Namespace) -> int:
+    import torch
+
+    from simworld.worldmodel import bench
+
+    torch.set_num_threads(args.threads)
+    if args.model == "random":
+        bench.main()
+        return 0
+    from simworld.data.bundle import load_bundled
+    from simworld.worldmodel.render import render_prompt
+    from simworld.worldmodel.world_model import load_world_model
+
+    try:
+        wm = load_world_model(args.model)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"simworld bench decode: {exc}", file=sys.stderr)
+        return 1
+    need = max(args.batch_sizes) * 2 + 8
+    prompts: list[str] = []
+    for ep in load_bundled("test", env="bfcl"):
+        prompts += [render_prompt(wm.context(ep, i)) for i in range(len(ep.steps))]
+        if len(prompts) >= need:
+            break
+    engine = wm.engine
+    bench.decode_benchmark(
+        engine.model,  # type: ignore[union-attr]
+        engine.tokenizer,  # type: ignore[union-attr]
+        prompts[:need],
+        batch_sizes=args.batch_sizes,
+        new_tokens=args.new_tokens,
+    )
+    return 0
+
+
+__all__ = ["configure"]

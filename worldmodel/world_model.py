@@ -1,0 +1,149 @@
+"""The world model: the one serialization, a text engine and the target parser behind one
+call, `predict(batch) -> list[Prediction]`.
+
+    from simworld.worldmodel import load_world_model
+    from simworld.worldmodel.context import build_context
+    wm = load_world_model("default")                     # or a checkpoint directory
+    ctx = wm.context(episode, 3)                         # the step's blocks within wm.budget
+    (prediction,) = wm.predict([ctx])
+    prediction.observation, prediction.patch, prediction.problems
+
+A causal LM (the transformers or vLLM engine) gets the plain prompt and generates the
+target up to its end-of-observation token; a chat endpoint (the OpenAI-compatible engine)
+gets the chat rendering of the same blocks, and an answer the parser cannot read is
+retried a bounded number of times. Whatever the parser cannot read is reported in
+`Prediction.problems`, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+from simworld.data.records import JSON, Episode, Observation
+from simworld.worldmodel.context import Budget, Context, build_context
+from simworld.worldmodel.engines.base import ChatEngine, Engine, GenerationConfig, load_engine
+from simworld.worldmodel.render import (
+    SERIALIZATION_VERSION,
+    parse_target,
+    render_messages,
+    render_prompt,
+)
+
+
+@dataclass
+class Prediction:
+    """One predicted transition: the observation and state patch read from `text` (None
+    where unreadable), and what could not be read."""
+
+    observation: Observation | None
+    patch: list[JSON] | None
+    text: str
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class WorldModel(Protocol):
+    """Anything that predicts transitions from contexts (AR, masked diffusion, an LLM)."""
+
+    budget: Budget
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]: ...
+
+
+class TextWorldModel:
+    """A world model over any text engine. `chat=True` sends chat messages (an
+    OpenAI-compatible endpoint); otherwise plain prompts to a causal LM."""
+
+    def __init__(
+        self,
+        engine: Engine | ChatEngine,
+        budget: Budget | None = None,
+        generation: GenerationConfig | None = None,
+        chat: bool = False,
+    ) -> None:
+        if chat and not isinstance(engine, ChatEngine):
+            raise TypeError(f"chat=True needs a chat engine; {type(engine).__name__} is not one")
+        if not chat and not isinstance(engine, Engine):
+            raise TypeError(f"{type(engine).__name__} completes chats only: pass chat=True")
+        self.engine = engine
+        self.budget = budget or Budget()
+        self.generation = generation or GenerationConfig()
+        self.chat = chat
+
+    def context(self, episode: Episode, index: int) -> Context:
+        """The context of `episode.steps[index]`, within this model's budget."""
+        return build_context(episode, index, self.budget)
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]:
+        cfg = cfg or self.generation
+        if self.chat:
+            texts = [self._chat_one(ctx, cfg) for ctx in batch]
+        else:
+            assert isinstance(self.engine, Engine)
+            texts = self.engine.generate([render_prompt(ctx) for ctx in batch], cfg)
+        return [_parse(text, ctx) for text, ctx in zip(texts, batch, strict=True)]
+
+    def _chat_one(self, ctx: Context, cfg: GenerationConfig) -> str:
+        assert isinstance(self.engine, ChatEngine)
+
+        def readable(text: str) -> bool:
+            return _parse(text, ctx).ok
+
+        (text,) = self.engine.generate_chat([render_messages(ctx)], cfg, readable)
+        return text
+
+
+def _parse(text: str, ctx: Context) -> Prediction:
+    parsed = parse_target(text, ctx.action_record, expect_patch=ctx.tracks_state)
+    return Prediction(parsed.observation, parsed.patch, text, list(parsed.problems))
+
+
+def default_checkpoint() -> Path:
+    """The small default model shipped inside the package."""
+    return Path(str(resources.files("simworld.worldmodel") / "default"))
+
+
+def load_world_model(
+    path: str | Path = "default", *, device: str | None = None, **engine_options: Any
+) -> TextWorldModel:
+    """A checkpoint directory ("default": the shipped one) as a world model on the
+    transformers engine, with the budget and decode bound it was trained with."""
+    from simworld.worldmodel.checkpoint import load_checkpoint
+    from simworld.worldmodel.tokenizer import token_counter
+
+    directory = default_checkpoint() if str(path) == "default" else Path(path)
+    model, tokenizer, meta = load_checkpoint(directory)
+    if str(meta.serialization_version) != str(SERIALIZATION_VERSION):
+        raise ValueError(
+            f"{directory} was trained on serialization version {meta.serialization_version}; "
+            f"this simworld renders version {SERIALIZATION_VERSION}: retrain it"
+        )
+    args = meta.training_args
+    budget = Budget(total=int(args.get("budget_tokens", Budget().total)))
+    if args.get("budget_count") == "tokenizer":  # sized in its own tokens, as in training
+        budget = Budget(total=budget.total, count=token_counter(tokenizer))
+    generation = GenerationConfig(max_new_tokens=int(args.get("max_new_tokens", 256)))
+    engine = load_engine(
+        "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
+    )
+    return TextWorldModel(engine, budget, generation)
+
+
+__all__ = [
+    "Prediction",
+    "TextWorldModel",
+    "WorldModel",
+    "default_checkpoint",
+    "load_world_model",
+]
