@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonpatch
 import jsonpointer
+from jsonpointer import JsonPointer
 
 from simworld.data.records import JSON
 
@@ -52,11 +53,28 @@ def _same(a: JSON, b: JSON) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+class _OrderedDiff(jsonpatch.DiffBuilder):  # type: ignore[misc]
+    """jsonpatch's diff, visiting an object's keys in document order. jsonpatch 1.33 visits
+    them through sets, whose order follows PYTHONHASHSEED: the same two states gave patches
+    with their ops in another order from one process to the next, so training pairs and
+    served targets were not reproducible. (Pinned: this overrides a private method.)"""
+
+    def _compare_dicts(self, path: str, src: dict[str, JSON], dst: dict[str, JSON]) -> None:
+        for key in [k for k in src if k not in dst]:
+            self._item_removed(path, str(key), src[key])
+        for key in [k for k in dst if k not in src]:
+            self._item_added(path, str(key), dst[key])
+        for key in [k for k in src if k in dst]:
+            self._compare_values(path, key, src[key], dst[key])
+
+
 def diff(before: JSON, after: JSON) -> Patch:
     """The ops that turn `before` into `after` (an empty list when they are equal)."""
     if _same(before, after):
         return []
-    ops: Patch = [dict(op) for op in jsonpatch.make_patch(before, after).patch]
+    builder = _OrderedDiff(before, after, jsonpatch.JsonPatch.json_dumper, JsonPointer)
+    builder._compare_values("", None, before, after)
+    ops: Patch = [dict(op) for op in builder.execute()]
     for candidate in (_coarsen(before, after, ops), ops):
         if _same(apply(before, candidate), after):  # never ship a wrong patch
             return candidate

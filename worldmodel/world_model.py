@@ -123,6 +123,11 @@ def load_world_model(
     from simworld.worldmodel.tokenizer import token_counter
 
     directory = default_checkpoint() if str(path) == "default" else Path(path)
+    if str(path) == "default" and not directory.is_dir():
+        raise FileNotFoundError(
+            "no default world model ships with this simworld yet; train one with "
+            "`simworld train sft --preset default --out DIR` and pass that DIR"
+        )
     model, tokenizer, meta = load_checkpoint(directory)
     if str(meta.serialization_version) != str(SERIALIZATION_VERSION):
         raise ValueError(

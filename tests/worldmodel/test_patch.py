@@ -4,6 +4,9 @@ deterministic and compact, and a patch that does not apply says which op and why
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -52,3 +55,26 @@ def test_errors_name_the_op() -> None:
         "op 0: path 'a' is not a JSON pointer",
         "op 0: add needs 'value'",
     ]
+
+
+def test_patches_do_not_depend_on_the_hash_seed() -> None:
+    """The same states give the same ops in the same order in every process (jsonpatch
+    alone visits object keys through sets, whose order follows PYTHONHASHSEED)."""
+    code = (
+        "import hashlib, json; from simworld.data.bundle import load_bundled;"
+        "from simworld.worldmodel.patch import diff; h = hashlib.sha256();"
+        "[h.update(json.dumps(diff(s.state, s.next_state)).encode())"
+        " for ep in load_bundled('val', env='bfcl') for s in ep.steps];"
+        "print(h.hexdigest())"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1
