@@ -25,9 +25,10 @@ from simworld.training.batching import Example
 from simworld.training.data import load_split, to_examples
 from simworld.training.sft import SFTConfig, evaluate, train_sft, val_subsets
 from simworld.worldmodel.checkpoint import load_checkpoint
-from simworld.worldmodel.context import Budget, approx_tokens
+from simworld.worldmodel.context import Budget
 from simworld.worldmodel.render import SERIALIZATION_VERSION
 from simworld.worldmodel.tokenizer import load_tokenizer, token_counter, train_tokenizer
+from simworld.worldmodel.world_model import trained_budget
 
 
 @dataclass(frozen=True)
@@ -138,8 +139,7 @@ def reproduce_val_metrics(directory: str | Path) -> dict[str, float]:
     fields = ("seed", "val_loss_examples", "exact_samples", "max_len", "max_new_tokens",
               "batch_tokens")  # fmt: skip
     cfg = replace(SFTConfig(), **{k: args[k] for k in fields})
-    count = token_counter(tok) if args.get("budget_count") == "tokenizer" else approx_tokens
-    budget = Budget(total=int(args["budget_tokens"]), count=count)
+    budget = trained_budget(args, tok)
     val_files = [f for f in args.get("val_data", []) if f != "bundled:val"]
     val_eps = load_split("val", val_files, args.get("envs", ()))
     val, _ = to_examples(val_eps, budget, int(args["max_new_tokens"]) - 1)

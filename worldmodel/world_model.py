@@ -114,13 +114,23 @@ def default_checkpoint() -> Path:
     return Path(str(resources.files("simworld.worldmodel") / "default"))
 
 
+def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
+    """The prompt budget a checkpoint was trained with, counted as it was counted then:
+    in the checkpoint tokenizer's own tokens, or approximately (pretrained bases)."""
+    total = int(training_args.get("budget_tokens", Budget().total))
+    if training_args.get("budget_count") != "tokenizer":
+        return Budget(total=total)
+    from simworld.worldmodel.tokenizer import token_counter
+
+    return Budget(total=total, count=token_counter(tokenizer))
+
+
 def load_world_model(
     path: str | Path = "default", *, device: str | None = None, **engine_options: Any
 ) -> TextWorldModel:
     """A checkpoint directory ("default": the shipped one) as a world model on the
     transformers engine, with the budget and decode bound it was trained with."""
     from simworld.worldmodel.checkpoint import load_checkpoint
-    from simworld.worldmodel.tokenizer import token_counter
 
     directory = default_checkpoint() if str(path) == "default" else Path(path)
     if str(path) == "default" and not directory.is_dir():
@@ -135,9 +145,7 @@ def load_world_model(
             f"this simworld renders version {SERIALIZATION_VERSION}: retrain it"
         )
     args = meta.training_args
-    budget = Budget(total=int(args.get("budget_tokens", Budget().total)))
-    if args.get("budget_count") == "tokenizer":  # sized in its own tokens, as in training
-        budget = Budget(total=budget.total, count=token_counter(tokenizer))
+    budget = trained_budget(args, tokenizer)
     generation = GenerationConfig(max_new_tokens=int(args.get("max_new_tokens", 256)))
     engine = load_engine(
         "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
@@ -151,4 +159,5 @@ __all__ = [
     "WorldModel",
     "default_checkpoint",
     "load_world_model",
+    "trained_budget",
 ]
