@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bundle": ("simworld.data.cli", "rebuild the bundled dataset (maintainers)"),
     "train": ("simworld.training.cli", "train a world model (sft)"),
     "bench": ("simworld.worldmodel.cli", "measure decode speed (bench decode)"),
+    "eval": ("simworld.eval.cli", "measure a world model's fidelity against baselines"),
 }
 
 

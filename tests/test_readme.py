@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -54,3 +55,27 @@ def test_make_serve_demo_recipe_runs(tmp_path: Path) -> None:
         done = _run(command, tmp_path)
         assert done.returncode == 0, f"{command!r} failed:\n{done.stderr}"
     assert "episodes" in done.stdout
+
+
+def test_readme_eval_figures_match_the_committed_report() -> None:
+    """The README's fidelity table is the committed report's numbers, not a retyped copy."""
+    report = json.loads((ROOT / "docs" / "eval" / "report.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert "simworld eval --model default --split test --out docs/eval" in readme
+    names = {"default model": "model", "copy-last": "copy-last"}
+    names["nearest-neighbour"] = "nearest-neighbour"
+    for label, name in names.items():
+        row = re.search(rf"^\| {label} \| (.+) \|$", readme, re.M)
+        assert row, label
+        cells = [c.strip() for c in row.group(1).split("|")]
+        overall = report["results"][name]["json_canonical"]
+        by_env = report["results_by_env"][name]
+        assert cells[0] == f"{overall['mean']:.3f} [{overall['low']:.3f}, {overall['high']:.3f}]"
+        assert cells[1] == f"{by_env['bfcl']['mean']:.3f}"
+        assert cells[2] == f"{by_env['frozenlake']['mean']:.3f}"
+        metrics = ("field_f1", "cosine", "cosine_tau", "state_match")
+        for cell, metric in zip(cells[3:], metrics, strict=True):
+            assert cell == f"{report['results'][name][metric]['mean']:.3f}", (label, metric)
+    sample = report["llm_sample"]["results"]
+    for name in ("model", "prompted-llm"):
+        assert f"{sample[name]['json_canonical']['mean']:.3f}" in readme

@@ -118,6 +118,9 @@ class Context:
     tracks_state: bool
     action_record: Action  # the action itself: the parser maps results to its call ids
     target: Target | None = None
+    # Solved examples (contexts with targets) that the chat rendering shows before this one:
+    # few-shot prompting of a chat model. The plain prompt, which trained models see, has none.
+    demonstrations: tuple[Context, ...] = ()
 
 
 def build_context(

@@ -95,12 +95,15 @@ def target_format(ctx: Context) -> str:
 
 def render_messages(ctx: Context) -> list[dict[str, str]]:
     """The same blocks as chat messages: a system message that asks for the target format
-    only, and a user message with the blocks."""
+    only, then each demonstration as a user message answered by its target, then a user
+    message with the blocks."""
     system = template("chat_system.txt").substitute(format=target_format(ctx)).rstrip("\n")
-    return [
-        {"role": "system", "content": system},
-        {"role": "user", "content": render_blocks(ctx).rstrip("\n")},
-    ]
+    messages = [{"role": "system", "content": system}]
+    for demo in ctx.demonstrations:
+        messages.append({"role": "user", "content": render_blocks(demo).rstrip("\n")})
+        messages.append({"role": "assistant", "content": render_target(demo)})
+    messages.append({"role": "user", "content": render_blocks(ctx).rstrip("\n")})
+    return messages
 
 
 # ---------------------------------------------------------------------------- the target

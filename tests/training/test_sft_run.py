@@ -27,13 +27,6 @@ from simworld.worldmodel.world_model import TextWorldModel
 SCRIPT = Path(sys.executable).parent / "simworld"
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny")
-    run_sft(SFTRun(out=out, preset="tiny", envs=("frozenlake",), limit=40))
-    return out
-
-
 def test_the_checkpoint_records_how_it_was_made(tiny_checkpoint: Path) -> None:
     _, _, meta = load_checkpoint(tiny_checkpoint)
     args = meta.training_args

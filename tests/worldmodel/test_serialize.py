@@ -5,6 +5,7 @@ and plain renderings carry the same blocks."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -105,3 +106,16 @@ def test_chat_and_plain_carry_the_same_blocks(
             assert (f"## {HEADINGS[block]}\n{body}\n" in user["content"] + "\n") == bool(body)
         assert ("patch" in system["content"]) == ctx.tracks_state
         assert "Answer only with the prediction" in system["content"]
+
+
+def test_demonstrations_come_before_the_query_in_the_chat_rendering(
+    contexts: list[tuple[Episode, Step, Context]],
+) -> None:
+    (_, _, demo), (_, _, query) = contexts[0], contexts[1]
+    with_demo = replace(query, demonstrations=(demo,))
+    messages = render_messages(with_demo)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[1]["content"] == render_messages(demo)[1]["content"]
+    assert messages[2]["content"] == render_target(demo)
+    assert messages[3] == render_messages(query)[1]
+    assert render_prompt(with_demo) == render_prompt(query)  # trained models never see them
