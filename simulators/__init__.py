@@ -1,6 +1,14 @@
-"""simworld.simulators: simulated environments built on a world model.
+"""simworld.simulators: simulated environments built on a world model (plain Python: no
+torch, no FastAPI at import).
 
-Built so far: `validation` (an action checked against the tools' input schemas before any
-model is asked, with the error text the env's real API would give) and `cache` (the exact
-cache of the router, keyed on env, state and canonical action). Sessions, the router and
-the envs are not built yet: see the open issues."""
+- `env`: what an env is (tasks, tools, rules, checks, step limit, optional deterministic
+  rules and real backend); `envs`: `load_sim_env("bfcl" | "frozenlake" | "mock")`.
+- `validation`: an action checked against the tools' input schemas before any model is
+  asked, with the error text the env's real API would give.
+- `cache`: the router's exact cache (env, state, canonical action).
+- `router`: rules → real backend (off by default; per tool or under a cost threshold) →
+  cache → world model, with bounded retries on output-schema violations and shadow mode.
+- `session`: one episode, `reset` / `step` / `state` / `close`, recordable as an Episode.
+
+The server that exposes sessions over HTTP is not built yet: see the open issues.
+"""

@@ -79,3 +79,23 @@ def test_readme_eval_figures_match_the_committed_report() -> None:
     sample = report["llm_sample"]["results"]
     for name in ("model", "prompted-llm"):
         assert f"{sample[name]['json_canonical']['mean']:.3f}" in readme
+
+
+@pytest.mark.slow
+def test_readme_python_examples_marked_runnable_run(tmp_path: Path) -> None:
+    """Python blocks that open with `# runs as written` run, and print what they say."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+        if b.startswith("# runs as written")
+    ]
+    assert blocks
+    for block in blocks:
+        done = subprocess.run(
+            [sys.executable, "-c", block], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stderr
+        printed = [ln.removeprefix("# ") for ln in block.splitlines()[1:] if ln.startswith("# ")]
+        for line in printed:
+            assert line in done.stdout, (line, done.stdout)

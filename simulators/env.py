@@ -1,0 +1,119 @@
+"""What a simulated environment is: its tasks, tools, rules, checks and limits, plus the
+optional pieces that answer a step without the world model (deterministic rules, a real
+backend).
+
+    from simworld.simulators.envs import load_sim_env
+    env = load_sim_env("frozenlake")
+    task = env.task_for(task_id=None, seed=3)      # a task chosen by the seed
+    task.initial_state, task.tools, env.max_steps
+
+An env is data (tasks with their initial states and tool specs, domain rules, volatile
+fields) plus small code: `check` (reward and termination after a step), an optional
+`responder` (deterministic rules that answer some steps exactly, no model needed), an
+optional `real` backend (off unless the router is told to use it), and the error style
+its real API writes invalid calls in. Nothing here imports torch or FastAPI.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from simworld.data.records import JSON, Action, Observation, ToolSpec, VolatileField
+from simworld.simulators.validation import DefaultStyle, ErrorStyle
+
+
+@dataclass(frozen=True)
+class SimTask:
+    """One task an episode can start from: the instruction, the initial state (None where
+    the env has no state), what a reset shows, and the tools the agent may call."""
+
+    id: str
+    instruction: str
+    initial_state: JSON
+    initial_observation: Observation | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    apis: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An observation and the state change it brings (None: the env has no state)."""
+
+    observation: Observation
+    patch: list[JSON] | None = None
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """Reward and termination after a step, from the env's own check."""
+
+    reward: float = 0.0
+    terminated: bool = False
+
+
+# (state before, action, observation, state after) -> reward and termination
+Check = Callable[[JSON, Action, Observation, JSON], StepCheck]
+# (state, action) -> an exact answer, or None when the rules do not cover the step
+Responder = Callable[[JSON, Action], Answer | None]
+
+
+class RealBackend(Protocol):
+    """The real environment behind a simulated one: what a step really returns, and what
+    running it costs (seconds, or any unit the router's thresholds use)."""
+
+    def execute(self, state: JSON, action: Action) -> Answer: ...
+
+    def cost(self, state: JSON, action: Action) -> float: ...
+
+
+def no_reward(state: JSON, action: Action, observation: Observation, after: JSON) -> StepCheck:
+    """The check of an env without rewards: 0, never terminates (the step limit ends it)."""
+    return StepCheck()
+
+
+@dataclass
+class SimEnv:
+    """A simulated environment's definition. `tasks` keeps its order (seeded choice)."""
+
+    name: str
+    tasks: Mapping[str, SimTask]
+    action_kind: Literal["tool_calls", "text"]
+    rules: tuple[str, ...] = ()
+    volatile: tuple[VolatileField, ...] = ()
+    max_steps: int = 100
+    check: Check = no_reward
+    responder: Responder | None = None
+    real: RealBackend | None = None
+    error_style: ErrorStyle = field(default_factory=DefaultStyle)
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError(f"env {self.name!r} has no tasks")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+
+    def task_for(self, task_id: str | None = None, seed: int | None = None) -> SimTask:
+        """The task `task_id`, or one chosen by `seed` (the first task when neither is
+        given). An unknown id is a KeyError that names a few known ones."""
+        if task_id is not None:
+            if task_id not in self.tasks:
+                known = ", ".join(list(self.tasks)[:5])
+                raise KeyError(f"env {self.name!r} has no task {task_id!r} (e.g. {known})")
+            return self.tasks[task_id]
+        ids = list(self.tasks)
+        return self.tasks[ids[0] if seed is None else random.Random(seed).choice(ids)]
+
+
+__all__ = [
+    "Answer",
+    "Check",
+    "RealBackend",
+    "Responder",
+    "SimEnv",
+    "SimTask",
+    "StepCheck",
+    "no_reward",
+]
