@@ -99,9 +99,10 @@ def generate_validated(
 ) -> tuple[list[str], RetryReport]:
     """Call `run(rows, cfg)` for all rows, then again for the rows `validate` rejects.
 
-    A retry must be able to differ, so it changes the seed (by 1000 per attempt) and, when
-    decoding is greedy, samples at temperature 0.7. After `max_retries` the last outputs are
-    kept and their rows listed in the report (and logged): reported, never raised."""
+        A retry must be able to differ, so it changes the seed (by 1000 per attempt) and, when
+        decoding is greedy, samples at temperature 0.7. After `max_retries` the last outputs are
+        kept and their rows listed in the report (and logged as a warning when retries were
+    allowed): reported, never raised."""
     report = RetryReport(attempts=[0] * n)
     outputs = [""] * n
     pending = list(range(n))
@@ -116,7 +117,10 @@ def generate_validated(
         if not pending:
             return outputs, report
     report.invalid = pending
-    log.warning("%d of %d outputs still invalid after %d retries", len(pending), n, max_retries)
+    # With retries off the caller chose to take outputs as they come (and reads the
+    # report); a warning per call would only be noise then.
+    level = logging.WARNING if max_retries else logging.DEBUG
+    log.log(level, "%d of %d outputs still invalid after %d retries", len(pending), n, max_retries)
     return outputs, report
 
 
