@@ -99,9 +99,9 @@ def generate_validated(
 ) -> tuple[list[str], RetryReport]:
     """Call `run(rows, cfg)` for all rows, then again for the rows `validate` rejects.
 
-        A retry must be able to differ, so it changes the seed (by 1000 per attempt) and, when
-        decoding is greedy, samples at temperature 0.7. After `max_retries` the last outputs are
-        kept and their rows listed in the report (and logged as a warning when retries were
+    A retry must be able to differ, so it changes the seed (by 1000 per attempt) and, when
+    decoding is greedy, samples at temperature 0.7. After `max_retries` the last outputs are
+    kept and their rows listed in the report (and logged as a warning when retries were
     allowed): reported, never raised."""
     report = RetryReport(attempts=[0] * n)
     outputs = [""] * n
