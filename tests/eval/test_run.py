@@ -18,6 +18,7 @@ from simworld.eval.run import EvalConfig, evaluate
 SCRIPT = Path(sys.executable).parent / "simworld"
 
 
+@pytest.mark.slow
 def test_a_full_report_for_a_tiny_model(tiny_checkpoint: Path, tmp_path: Path) -> None:
     episodes = load_bundled("test", env="frozenlake")[:3] + load_bundled("test", env="bfcl")[:2]
     steps = sum(len(ep.steps) for ep in episodes)
@@ -58,6 +59,7 @@ def test_a_full_report_for_a_tiny_model(tiny_checkpoint: Path, tmp_path: Path) -
         assert (out / name).read_bytes()[:4] == b"\x89PNG", name
 
 
+@pytest.mark.slow
 def test_the_eval_command(tiny_checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "cli"
     done = subprocess.run(
