@@ -21,6 +21,11 @@ Decisions:
   (final state and responses), so there is no per-step reward; the step limit ends it.
 - `rules`: none (the recorded episodes carry no rules; the tool descriptions say it all).
 - `volatile`: the union of the episodes' volatile fields (RNG-drawn ids, tokens, noise).
+- tools: as recorded, except that a declared output schema which the recorded train
+  results break (BFCL declares `send_message`'s `message_id` an integer and returns an
+  object, say) is replaced by one inferred from those results
+  (`simworld.data.output_schemas.checked_output_schemas`), so the router does not retry
+  right answers; `ToolSpec.original` keeps the tool JSON as BFCL wrote it.
 - `error_style` BFCLStyle(): the tools carry their `bfcl_class`, so an invalid call reads
   like BFCL's own TypeError text.
 - `responder` None: no step of BFCL is answered by fixed rules here.
@@ -31,15 +36,21 @@ Decisions:
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from simworld.data.bundle import SPLITS, load_bundled
-from simworld.data.records import Episode, VolatileField
+from simworld.data.output_schemas import checked_output_schemas
+from simworld.data.records import JSON, Episode, ToolSpec, VolatileField
 from simworld.simulators.env import SimEnv, SimTask, no_reward
 from simworld.simulators.validation import BFCLStyle
 
 MAX_STEPS = 50
 GROUND_TRUTH = "ground_truth"  # Provenance.policy of a ground-truth episode
 BASE_ORIGIN = "multi_turn_base_"  # Provenance.origin prefix of the base category
+
+
+def _checked(tool: ToolSpec, fixed: dict[str, dict[str, JSON]]) -> ToolSpec:
+    return replace(tool, output_schema=fixed[tool.name]) if tool.name in fixed else tool
 
 
 def is_base_ground_truth(episode: Episode) -> bool:
@@ -54,6 +65,8 @@ def bfcl_env() -> SimEnv:
     """The bfcl SimEnv (built once per process from the bundled episodes)."""
     tasks: dict[str, SimTask] = {}
     volatile: dict[tuple[str, str, str], VolatileField] = {}
+    schemas, replaced = checked_output_schemas(load_bundled("train", env="bfcl"))
+    fixed = {name: schemas[name] for name in replaced}
     for split in SPLITS:
         for episode in load_bundled(split, env="bfcl"):
             if not is_base_ground_truth(episode):
@@ -64,7 +77,7 @@ def bfcl_env() -> SimEnv:
                 id=episode.task.id,
                 instruction=episode.task.instruction,
                 initial_state=episode.initial_state,
-                tools=tuple(episode.tools),
+                tools=tuple(_checked(tool, fixed) for tool in episode.tools),
                 apis=tuple(episode.task.apis),
             )
             for field in episode.volatile:
