@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from simworld.data.canonical import observation_text
 from simworld.data.records import (
     Action,
     Episode,
@@ -125,17 +126,9 @@ _ANY_TOOL = "\x00any tool"  # the env-wide group of tool calls (unseen tool name
 _TEXT = "\x00text"  # the group of text actions
 
 
-def _observation_text(observation: Observation | None) -> str:
-    if observation is None:
-        return ""
-    if isinstance(observation, TextObservation):
-        return observation.text
-    return "\n".join(r.text for r in observation.results)
-
-
 def _previous_text(episode: Episode, index: int) -> str:
     before = episode.steps[index - 1].observation if index else episode.initial_observation
-    return _observation_text(before)
+    return observation_text(before) if before is not None else ""
 
 
 def _call_text(call: ToolCall) -> str:

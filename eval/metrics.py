@@ -29,6 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from simworld.data.canonical import (
+    by_key,
+    canonical,
+    dumps,
+    normalize,
+    observation_text,
+    parse,
+)
 from simworld.data.records import (
     JSON,
     Action,
@@ -53,73 +61,6 @@ class FieldScore:
 
 
 # ---------------------------------------------------------------------------- canonical form
-
-
-def observation_text(obs: Observation) -> str:
-    """The text of a text observation, or the result texts joined by newlines."""
-    if isinstance(obs, TextObservation):
-        return obs.text
-    return "\n".join(result.text for result in obs.results)
-
-
-def _json_type(value: JSON) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
-    return names[type(value)]
-
-
-def _marker(value: JSON, field: VolatileField, reference: bool) -> str:
-    kind = _json_type(value)
-    if reference or not field.pattern or re.fullmatch(field.pattern, json.dumps(value)):
-        return f"<volatile:{kind}>"
-    return f"<volatile:{kind}:malformed>"
-
-
-def _normalize(value: JSON, fields: Mapping[str, VolatileField], reference: bool) -> JSON:
-    """`value` with volatile values replaced by markers and integral floats made ints
-    (RFC 8785 writes 1.0 as 1: a model that writes 1 for 1.0 said the same number)."""
-    if isinstance(value, dict):
-        return {
-            key: _marker(item, fields[key], reference)
-            if key in fields
-            else _normalize(item, fields, reference)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_normalize(item, fields, reference) for item in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _dumps(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _by_key(volatile: Sequence[VolatileField]) -> dict[str, VolatileField]:
-    return {field.key: field for field in volatile}
-
-
-def _parse(text: str) -> tuple[bool, JSON]:
-    try:
-        return True, json.loads(text)
-    except ValueError:
-        return False, None
-
-
-def canonical(text: str, volatile: Sequence[VolatileField] = (), *, reference: bool = True) -> str:
-    """The JSON-canonical form of `text` (sorted keys, no spaces, volatile values as
-    markers); `text.strip()` when it is not JSON. `reference=False` marks a predicted text,
-    whose volatile values are also checked against their field's pattern."""
-    ok, value = _parse(text)
-    if not ok:
-        return text.strip()
-    return _dumps(_normalize(value, _by_key(volatile), reference))
 
 
 # ---------------------------------------------------------------------------- whole-observation
@@ -209,7 +150,7 @@ def _leaves(value: JSON, prefix: str = "") -> dict[str, str]:
     elif isinstance(value, list) and value:
         items = [(str(i), v) for i, v in enumerate(value)]
     else:
-        return {prefix: _dumps(value)}
+        return {prefix: dumps(value)}
     out: dict[str, str] = {}
     for key, item in items:
         out.update(_leaves(item, f"{prefix}/{key}"))
@@ -219,10 +160,10 @@ def _leaves(value: JSON, prefix: str = "") -> dict[str, str]:
 def _text_leaves(
     text: str, fields: Mapping[str, VolatileField], reference: bool, prefix: str
 ) -> dict[str, str]:
-    ok, value = _parse(text)
+    ok, value = parse(text)
     if not ok:
         return {prefix: text.strip()}
-    return _leaves(_normalize(value, fields, reference), prefix)
+    return _leaves(normalize(value, fields, reference), prefix)
 
 
 def _observation_leaves(
@@ -259,7 +200,7 @@ def field_scores(
         if pred is None:
             scores.append(FieldScore(0.0, 0.0, 0.0))
             continue
-        fields = _by_key(vol)
+        fields = by_key(vol)
         pairs = _observation_leaves(pred, fields, reference=False)
         scores.append(_prf(pairs, _observation_leaves(obs, fields, reference=True)))
     return scores
@@ -280,8 +221,8 @@ def field_f1(
 def _state_pairs(
     pred: JSON, real: JSON, volatile: Sequence[VolatileField]
 ) -> tuple[dict[str, str], dict[str, str]]:
-    fields = _by_key(volatile)
-    return _leaves(_normalize(pred, fields, False)), _leaves(_normalize(real, fields, True))
+    fields = by_key(volatile)
+    return _leaves(normalize(pred, fields, False)), _leaves(normalize(real, fields, True))
 
 
 def _per_state(
@@ -299,8 +240,8 @@ def _per_state(
 
 
 def _whole_state(pred: JSON, real: JSON, volatile: Sequence[VolatileField]) -> float:
-    fields = _by_key(volatile)
-    return float(_dumps(_normalize(pred, fields, False)) == _dumps(_normalize(real, fields, True)))
+    fields = by_key(volatile)
+    return float(dumps(normalize(pred, fields, False)) == dumps(normalize(real, fields, True)))
 
 
 def _state_fields(pred: JSON, real: JSON, volatile: Sequence[VolatileField]) -> float:
@@ -343,7 +284,7 @@ def state_field_errors(
             errors.append([])
             continue
         if pred is None:
-            errors.append(sorted(_leaves(_normalize(real, _by_key(vol), True))))
+            errors.append(sorted(_leaves(normalize(real, by_key(vol), True))))
             continue
         a, b = _state_pairs(pred, real, vol)
         errors.append(sorted(path for path in a.keys() | b.keys() if a.get(path) != b.get(path)))
@@ -376,8 +317,8 @@ def _schema_score(pred: Predicted, action: Action, schemas: Mapping[str, JSON]) 
         if pred.results[j].is_error:
             valid += 1
             continue
-        ok, value = _parse(pred.results[j].text)
-        valid += ok and _validator(_dumps(schema)).is_valid(value)
+        ok, value = parse(pred.results[j].text)
+        valid += ok and _validator(dumps(schema)).is_valid(value)
     return valid / len(checked)
 
 

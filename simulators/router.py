@@ -26,8 +26,9 @@ Order, first that answers wins:
 
 Shadow mode (`shadow=True`, env.real present): whoever answered, env.real.execute runs on
 the same step and `Routed.shadow` records its answer and whether the two observations
-match as canonical JSON (results compared one by one, sorted keys, error flags included;
-a text that is not JSON compared trimmed). Patches are not compared. A failing real
+match in eval's JSON-canonical form (`simworld.data.canonical`: results one by one, error
+flags included, sorted keys, the env's volatile fields by type and format, a text that is
+not JSON trimmed). Patches are not compared. A failing real
 backend never fails the step: the failure is counted and reported in `problems`.
 """
 
@@ -37,12 +38,14 @@ import copy
 import functools
 import json
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
+from simworld.data.canonical import canonical
 from simworld.data.envs.seeding import derive_seed
 from simworld.data.records import (
     JSON,
@@ -55,6 +58,7 @@ from simworld.data.records import (
     ToolResult,
     ToolResultsObservation,
     ToolSpec,
+    VolatileField,
 )
 from simworld.simulators.cache import CachedAnswer, ExactCache, cache_key, canonical_action
 from simworld.simulators.env import Answer, SimEnv
@@ -249,26 +253,26 @@ class Router:
                 self.stats.shadow_errors += 1
             problems.append(f"shadow: the real backend failed: {type(exc).__name__}: {exc}")
             return None
-        match = canonical_observation(real.observation) == canonical_observation(answer.observation)
+        volatile = self.env.volatile
+        match = canonical_observation(real.observation, volatile) == canonical_observation(
+            answer.observation, volatile, reference=False
+        )
         with self._lock:
             self.stats.shadow_steps += 1
             self.stats.shadow_matches += match
         return ShadowRecord(real, match)
 
 
-def canonical_observation(observation: Observation) -> JSON:
-    """An observation as compared in shadow mode: per result (is_error, canonical text),
-    or the canonical text; a JSON text is re-dumped with sorted keys, others trimmed."""
+def canonical_observation(
+    observation: Observation, volatile: Sequence[VolatileField] = (), reference: bool = True
+) -> JSON:
+    """An observation as compared in shadow mode: per result (is_error, canonical text), or
+    the canonical text, in the one canonical form eval's JSON-canonical metric uses
+    (`simworld.data.canonical`: sorted keys, volatile values by type and format)."""
     if isinstance(observation, TextObservation):
-        return ["text", _canonical_text(observation.text)]
-    return [[r.is_error, _canonical_text(r.text)] for r in observation.results]
-
-
-def _canonical_text(text: str) -> str:
-    value = _parse(text)
-    if value is None and text.strip() != "null":
-        return text.strip()
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return ["text", canonical(observation.text, volatile, reference=reference)]
+    results = observation.results
+    return [[r.is_error, canonical(r.text, volatile, reference=reference)] for r in results]
 
 
 def _parse(text: str) -> JSON:

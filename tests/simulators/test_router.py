@@ -27,6 +27,7 @@ from simworld.data.records import (
     ToolResult,
     ToolResultsObservation,
     ToolSpec,
+    VolatileField,
 )
 from simworld.simulators.env import Answer, SimEnv, SimTask
 from simworld.simulators.router import (
@@ -337,3 +338,27 @@ def test_the_model_sees_call_ids_in_the_recorded_form_and_the_client_gets_its_ow
     assert routed.answer.observation == results(
         ("toolu_01A", '{"value": 4}'), ("call-xyz", '{"value": 4}')
     )
+
+
+def test_shadow_mode_compares_volatile_fields_by_type_and_format() -> None:
+    token = VolatileField("token", "token", pattern=r'"[a-z]{3}[0-9]{3}"')
+
+    class TokenReal(FakeReal):
+        def execute(self, state: JSON, action: Action) -> Answer:
+            assert isinstance(action, ToolCallsAction)
+            return Answer(results((action.calls[0].id, '{"token": "abc123", "ok": true}')))
+
+    def answering(text: str) -> FakeModel:
+        return FakeModel(lambda ctx, attempt: f"call_0_0 ok {text}\npatch []")
+
+    env = make_env(TokenReal())
+    env = SimEnv(env.name, env.tasks, "tool_calls", real=env.real, volatile=(token,))
+    config = RouterConfig(shadow=True, use_cache=False)
+    matches = []
+    for text in ('{"ok": true, "token": "zzz999"}', '{"ok": true, "token": "not a token"}'):
+        routed = Router(env, answering(text), config).answer(
+            history(env), STATE, calls(("c", "ping2", {})), 0
+        )
+        assert routed.shadow is not None
+        matches.append(routed.shadow.json_canonical_match)
+    assert matches == [True, False]  # another token of the right format; a malformed one
