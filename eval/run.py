@@ -139,10 +139,10 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             rows[baseline.name] = run(baseline, refs)
     report: dict[str, Any] = {
         "model": cfg.model,
+        # Where the report is written is not part of it (the same run reproduces it anywhere).
         "config": {
             k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items() if k != "out"
-        }
-        | {"out": str(cfg.out)},
+        },
         "data": _data_summary(episodes, refs),
         "schemas_replaced": replaced,
         "metrics": list(METRICS),
