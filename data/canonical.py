@@ -73,9 +73,11 @@ def by_key(volatile: Sequence[VolatileField]) -> dict[str, VolatileField]:
 
 
 def parse(text: str) -> tuple[bool, JSON]:
+    """(True, the value) for a JSON text, else (False, None); a text nested too deep for
+    the parser (a model's runaway output) counts as not JSON."""
     try:
         return True, json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False, None
 
 

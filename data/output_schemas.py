@@ -20,8 +20,10 @@ count. The output is deterministic: keys sorted, no descriptions, no examples.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from simworld.data.records import JSON, Episode, ToolCallsAction, ToolResultsObservation
 
@@ -102,6 +104,22 @@ def infer_output_schemas(episodes: Iterable[Episode]) -> dict[str, dict[str, JSO
     return dict(sorted({**inferred, **declared}.items()))
 
 
+def schema_validator(schema: Mapping[str, JSON]) -> Any:
+    """A jsonschema validator for `schema`, of the draft its `$schema` names (2020-12 when
+    it names none), built once per distinct schema: every schema check in simworld (tool
+    arguments, output schemas, the schema-validity metric) goes through here."""
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema_text: str) -> Any:
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
+    schema = json.loads(schema_text)
+    return validator_for(schema, default=Draft202012Validator)(schema)
+
+
 def checked_output_schemas(
     episodes: Iterable[Episode],
 ) -> tuple[dict[str, dict[str, JSON]], list[str]]:
@@ -109,18 +127,16 @@ def checked_output_schemas(
     schema is kept when every recorded non-error JSON result of its tool validates against
     it, and replaced by the inferred one otherwise (BFCL declares `message_id` an integer,
     say, and returns an object). Returns the schemas and the names of the replaced ones."""
-    from jsonschema import Draft202012Validator
-
     episodes = list(episodes)
     samples = _recorded_results(episodes)
     schemas = infer_output_schemas(episodes)
     replaced = []
     for name, schema in schemas.items():
-        validator = Draft202012Validator(schema)
+        validator = schema_validator(schema)
         if any(not validator.is_valid(value) for value in samples.get(name, [])):
             schemas[name] = infer_schema(samples[name])
             replaced.append(name)
     return schemas, replaced
 
 
-__all__ = ["checked_output_schemas", "infer_output_schemas", "infer_schema"]
+__all__ = ["checked_output_schemas", "infer_output_schemas", "infer_schema", "schema_validator"]

@@ -22,8 +22,6 @@ results are prefixed with `results/<i>` (or `text` for a text observation).
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ from simworld.data.canonical import (
     observation_text,
     parse,
 )
+from simworld.data.output_schemas import schema_validator
 from simworld.data.records import (
     JSON,
     Action,
@@ -294,14 +293,6 @@ def state_field_errors(
 # ---------------------------------------------------------------------------- schemas
 
 
-@functools.lru_cache(maxsize=512)
-def _validator(schema_text: str) -> Any:
-    from jsonschema.validators import validator_for  # a dev/eval dependency, used only here
-
-    schema = json.loads(schema_text)
-    return validator_for(schema)(schema)
-
-
 def _schema_score(pred: Predicted, action: Action, schemas: Mapping[str, JSON]) -> float | None:
     if not isinstance(action, ToolCallsAction):
         return None
@@ -318,7 +309,7 @@ def _schema_score(pred: Predicted, action: Action, schemas: Mapping[str, JSON]) 
             valid += 1
             continue
         ok, value = parse(pred.results[j].text)
-        valid += ok and _validator(dumps(schema)).is_valid(value)
+        valid += ok and schema_validator(schema).is_valid(value)
     return valid / len(checked)
 
 

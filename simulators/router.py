@@ -35,18 +35,14 @@ backend never fails the step: the failure is counted and reported in `problems`.
 from __future__ import annotations
 
 import copy
-import functools
-import json
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
-from jsonschema import Draft202012Validator
-from jsonschema.validators import validator_for
-
-from simworld.data.canonical import canonical
+from simworld.data.canonical import canonical, parse
 from simworld.data.envs.seeding import derive_seed
+from simworld.data.output_schemas import schema_validator
 from simworld.data.records import (
     JSON,
     Action,
@@ -238,7 +234,7 @@ class Router:
         results = []
         for call in action.calls:
             text = self.env.error_style(call, tools.get(call.name), violation, UNREADABLE)
-            results.append(ToolResult(call.id, text, _parse(text), is_error=True))
+            results.append(ToolResult(call.id, text, parse(text)[1], is_error=True))
         return ToolResultsObservation(results)
 
     def _shadow(
@@ -273,13 +269,6 @@ def canonical_observation(
         return ["text", canonical(observation.text, volatile, reference=reference)]
     results = observation.results
     return [[r.is_error, canonical(r.text, volatile, reference=reference)] for r in results]
-
-
-def _parse(text: str) -> JSON:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _cache_basis(history: Episode, state: JSON) -> JSON:
@@ -337,27 +326,16 @@ def _problems(prediction: Prediction, action: Action, tools: dict[str, ToolSpec]
         spec = tools.get(call.name)
         if result.is_error or spec is None or spec.output_schema is None:
             continue
-        value = _parse(result.text)
-        if value is None and result.text.strip() != "null":
+        ok, value = parse(result.text)
+        if not ok:
             problems.append(f"result of {call.id!r} ({call.name}) is not JSON")
             continue
-        errors = sorted(_output_validator(_dumps(spec.output_schema)).iter_errors(value), key=str)
+        errors = sorted(schema_validator(spec.output_schema).iter_errors(value), key=str)
         problems.extend(
             f"result of {call.id!r} ({call.name}) breaks the output schema: {e.message}"
             for e in errors[:3]
         )
     return problems
-
-
-def _dumps(value: JSON) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-@functools.lru_cache(maxsize=256)
-def _output_validator(schema_text: str) -> Any:
-    """A validator of the draft the output schema names (2020-12 by default), per schema."""
-    schema = json.loads(schema_text)
-    return validator_for(schema, default=Draft202012Validator)(schema)
 
 
 __all__ = [

@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from jsonschema import Draft202012Validator
-from jsonschema.validators import validator_for
-
+from simworld.data.canonical import parse
+from simworld.data.output_schemas import schema_validator
 from simworld.data.records import (
     JSON,
     ToolCall,
@@ -153,7 +152,7 @@ def error_observation(
     if all(c.ok for c in checks):
         raise ValueError("every call is valid: there is nothing to reject")
     return ToolResultsObservation(
-        [ToolResult(c.call_id, c.text, _parse_json(c.text), is_error=True) for c in checks]
+        [ToolResult(c.call_id, c.text, parse(c.text)[1], is_error=True) for c in checks]
     )
 
 
@@ -252,19 +251,11 @@ def _canonical(schema: Mapping[str, JSON]) -> str:
 
 @functools.lru_cache(maxsize=1024)
 def _validator(schema_text: str) -> Any:
-    """A validator of the draft the schema names (2020-12 when it names none), cached per
-    schema; a broken tool schema raises jsonschema.SchemaError (a bug in the env)."""
-    schema = json.loads(schema_text)
-    cls = validator_for(schema, default=Draft202012Validator)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
-def _parse_json(text: str) -> JSON:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
+    """The shared validator (`schema_validator`), with the schema itself checked once: a
+    broken tool schema raises jsonschema.SchemaError (a bug in the env)."""
+    validator = schema_validator(json.loads(schema_text))
+    validator.check_schema(validator.schema)
+    return validator
 
 
 __all__ = [
