@@ -25,6 +25,13 @@ from simworld.data.records import JSON, Action, Observation, ToolSpec, VolatileF
 from simworld.simulators.validation import DefaultStyle, ErrorStyle
 
 
+class UnknownTask(KeyError):
+    """A task id the env does not have (a client mistake, not a bug)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class SimTask:
     """One task an episode can start from: the instruction, the initial state (None where
@@ -101,7 +108,7 @@ class SimEnv:
         if task_id is not None:
             if task_id not in self.tasks:
                 known = ", ".join(list(self.tasks)[:5])
-                raise KeyError(f"env {self.name!r} has no task {task_id!r} (e.g. {known})")
+                raise UnknownTask(f"env {self.name!r} has no task {task_id!r} (e.g. {known})")
             return self.tasks[task_id]
         ids = list(self.tasks)
         return self.tasks[ids[0] if seed is None else random.Random(seed).choice(ids)]
@@ -115,5 +122,6 @@ __all__ = [
     "SimEnv",
     "SimTask",
     "StepCheck",
+    "UnknownTask",
     "no_reward",
 ]

@@ -8,7 +8,7 @@ client, whichever protocol drives it).
     result.observation, result.reward, result.terminated, result.truncated, result.info
     session.episode()                              # the session so far, as a recordable Episode
 
-A step: the action's kind must be the env's (else ValueError); a tool-calls action is
+A step: the action's kind must be the env's (else ActionError); a tool-calls action is
 checked against the task's tools' input schemas first, and a rejected one gets the error
 observation the real API would give (source "validation", the state untouched); otherwise
 the router answers it. The answer's patch updates the state (a patch that does not apply
@@ -48,6 +48,10 @@ from simworld.worldmodel.patch import PatchError, apply
 
 class SessionError(ValueError):
     """A call the session cannot take in its present phase (not reset, finished, closed)."""
+
+
+class ActionError(ValueError):
+    """An action this env cannot take at all: the wrong kind, or tool calls without a call."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,7 @@ class Session:
             initial_state=copy.deepcopy(state),
             initial_observation=copy.deepcopy(observation),
             seed=seed,
-            provenance=Provenance(source="simworld", origin=f"session {self.episode_id}"),
+            provenance=Provenance(source="simworld", origin=f"simulated {self.env.name} session"),
             volatile=list(self.env.volatile),
         )
         info: dict[str, JSON] = {"episode_id": self.episode_id, "task_id": task.id, "seed": seed}
@@ -184,11 +188,11 @@ class Session:
     def _check_kind(self, action: Action) -> None:
         kind = self.env.action_kind
         if kind == "tool_calls" and isinstance(action, TextAction):
-            raise ValueError(f"env {self.env.name!r} takes tool calls, not a text action")
+            raise ActionError(f"env {self.env.name!r} takes tool calls, not a text action")
         if kind == "text" and isinstance(action, ToolCallsAction):
-            raise ValueError(f"env {self.env.name!r} takes a text action, not tool calls")
+            raise ActionError(f"env {self.env.name!r} takes a text action, not tool calls")
         if isinstance(action, ToolCallsAction) and not action.calls:
-            raise ValueError("a tool-calls action needs at least one call")
+            raise ActionError("a tool-calls action needs at least one call")
 
     def _answer(self, episode: Episode, task: SimTask, action: Action) -> Routed | _Rejected:
         if isinstance(action, ToolCallsAction):
@@ -234,4 +238,4 @@ def _step_info(info: dict[str, JSON]) -> dict[str, JSON]:
     return copy.deepcopy(kept)
 
 
-__all__ = ["Reset", "Session", "SessionError", "StepResult"]
+__all__ = ["ActionError", "Reset", "Session", "SessionError", "StepResult"]

@@ -150,9 +150,12 @@ class TextWorldEnv:
         if episodes is None:
             raise ValueError("TextWorld's episode set is unbounded (every seed is a new game)")
         for index in range(episodes):
-            game_seed = derive_seed("textworld", seed, index // self.episodes_per_game, "game")
-            spec = GameSpec(self.world_size, self.nb_objects, self.quest_length, game_seed)
-            yield self._episode(spec, seed, index)
+            yield self._episode(self.game_spec(seed, index), seed, index)
+
+    def game_spec(self, seed: int, index: int) -> GameSpec:
+        """The game that episode `index` of `record(..., seed)` plays."""
+        game_seed = derive_seed("textworld", seed, index // self.episodes_per_game, "game")
+        return GameSpec(self.world_size, self.nb_objects, self.quest_length, game_seed)
 
     def game_file(self, spec: GameSpec) -> Path:
         """The compiled game for `spec`, generated into the cache on first use."""
@@ -163,33 +166,25 @@ class TextWorldEnv:
         return path
 
     def _episode(self, spec: GameSpec, seed: int, index: int) -> Episode:
-        import textworld
-
-        infos = textworld.EnvInfos(**dict.fromkeys(_INFOS, True))
         episode_seed = derive_seed("textworld", seed, index, "episode")
         rng = random.Random(derive_seed("textworld", seed, index, "policy"))
-        game_file = self.game_file(spec)
-        with warnings.catch_warnings():
-            # Jericho does not know generated games; TextWorld's own wrapper tracks the score.
-            warnings.filterwarnings("ignore", message=".*is not fully supported")
-            env = textworld.start(str(game_file), request_infos=infos)
+        env = start_game(self.game_file(spec), episode_seed)
         try:
-            env.seed(episode_seed)  # Jericho's RNG; 0 would mean "from the clock"
             game_state = env.reset()
-            initial_state = state = _state(game_state)
-            initial = TextObservation(_clean(game_state["description"]))
+            initial_state = state = game_state_json(game_state)
+            initial = TextObservation(clean_feedback(game_state["description"]))
             objective = str(game_state["objective"])
             steps: list[Step] = []
             while True:
                 admissible = sorted(game_state["admissible_commands"] or [])
                 command = self._choose(rng, admissible, game_state["policy_commands"] or [])
                 game_state, _, done = env.step(command)
-                next_state = _state(game_state)
+                next_state = game_state_json(game_state)
                 terminated = bool(done or game_state["won"] or game_state["lost"])
                 steps.append(
                     Step(
                         action=TextAction(command),
-                        observation=TextObservation(_clean(game_state.feedback)),
+                        observation=TextObservation(clean_feedback(game_state.feedback)),
                         state=state,
                         next_state=next_state,
                         reward=float(next_state["score"] - state["score"]),
@@ -235,6 +230,20 @@ class TextWorldEnv:
         return rng.choice(admissible)
 
 
+def start_game(game_file: Path, seed: int) -> Any:
+    """TextWorld's env for `game_file`, reporting what a record holds, with Jericho's RNG
+    seeded (call `reset()` next)."""
+    import textworld
+
+    infos = textworld.EnvInfos(**dict.fromkeys(_INFOS, True))
+    with warnings.catch_warnings():
+        # Jericho does not know generated games; TextWorld's own wrapper tracks the score.
+        warnings.filterwarnings("ignore", message=".*is not fully supported")
+        env = textworld.start(str(game_file), request_infos=infos)
+    env.seed(seed)  # Jericho's RNG; 0 would mean "from the clock"
+    return env
+
+
 def _generate(spec: GameSpec, folder: Path) -> None:
     """Generate and compile the game of `spec` into `folder` (game.z8, game.json, game.ni),
     atomically: it is built in a sibling temporary folder and renamed into place."""
@@ -271,17 +280,18 @@ def _generate(spec: GameSpec, folder: Path) -> None:
         shutil.rmtree(building, ignore_errors=True)
 
 
-def _clean(text: Any) -> str:
+def clean_feedback(text: Any) -> str:
     """Feedback without the trailing status line and surrounding blank lines."""
     return _STATUS_LINE.sub("", str(text or "")).strip()
 
 
-def _state(game_state: Any) -> dict[str, JSON]:
+def game_state_json(game_state: Any) -> dict[str, JSON]:
+    """A step's `state` / `next_state`, from TextWorld's game state (see the docstring)."""
     facts = sorted(str(fact) for fact in game_state["facts"] or [])
     return {
         "location": _location(game_state["facts"] or []),
-        "description": _clean(game_state["description"]),
-        "inventory": _clean(game_state["inventory"]),
+        "description": clean_feedback(game_state["description"]),
+        "inventory": clean_feedback(game_state["inventory"]),
         "facts": facts,
         "score": int(game_state["score"]),
         "max_score": int(game_state["max_score"]),
@@ -307,4 +317,12 @@ def _outcome(game_state: Any, n_steps: int) -> Outcome:
     )
 
 
-__all__ = ["RULES", "GameSpec", "TextWorldEnv", "default_cache_dir"]
+__all__ = [
+    "RULES",
+    "GameSpec",
+    "TextWorldEnv",
+    "clean_feedback",
+    "default_cache_dir",
+    "game_state_json",
+    "start_game",
+]

@@ -29,8 +29,10 @@ Decisions:
 - `error_style` BFCLStyle(): the tools carry their `bfcl_class`, so an invalid call reads
   like BFCL's own TypeError text.
 - `responder` None: no step of BFCL is answered by fixed rules here.
-- `real` None: attaching BFCL's real Python backends (bfcl-eval) to a live session is not
-  built yet; the recorder in `simworld.data.envs.bfcl` replays plans, not live sessions.
+- `real`: BfclReal() (`bfcl_real`: BFCL's own Python backends, rebuilt from the session's
+  state) whenever bfcl-eval is installed at its pinned version, else None. Attaching it is
+  safe: the router uses a real backend only when told to (`real_tools`, `max_real_cost`,
+  `shadow`). It imports bfcl-eval at its first step, so loading the env stays as fast.
 """
 
 from __future__ import annotations
@@ -39,9 +41,12 @@ import functools
 from dataclasses import replace
 
 from simworld.data.bundle import SPLITS, load_bundled
+from simworld.data.envs.base import EnvUnavailable
+from simworld.data.envs.bfcl.env import check_installed
 from simworld.data.output_schemas import checked_output_schemas
 from simworld.data.records import JSON, Episode, ToolSpec, VolatileField
-from simworld.simulators.env import SimEnv, SimTask, no_reward
+from simworld.simulators.env import RealBackend, SimEnv, SimTask, no_reward
+from simworld.simulators.envs.bfcl_real import BfclReal
 from simworld.simulators.validation import BFCLStyle
 
 MAX_STEPS = 50
@@ -89,12 +94,29 @@ def bfcl_env() -> SimEnv:
         volatile=tuple(volatile.values()),
         max_steps=MAX_STEPS,
         check=no_reward,
+        real=real_backend(),
         error_style=BFCLStyle(),
     )
+
+
+def real_backend() -> RealBackend | None:
+    """BfclReal() when bfcl-eval (the pinned version) and mpmath are installed, else None."""
+    try:
+        check_installed()
+    except EnvUnavailable:
+        return None
+    return BfclReal()
 
 
 def _scenario_number(task_id: str) -> int:
     return int(task_id.rsplit("-", 1)[1])  # "bfcl-12" -> 12
 
 
-__all__ = ["BASE_ORIGIN", "GROUND_TRUTH", "MAX_STEPS", "bfcl_env", "is_base_ground_truth"]
+__all__ = [
+    "BASE_ORIGIN",
+    "GROUND_TRUTH",
+    "MAX_STEPS",
+    "bfcl_env",
+    "is_base_ground_truth",
+    "real_backend",
+]

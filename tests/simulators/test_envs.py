@@ -1,5 +1,6 @@
 """The simulated envs: loading by name, tasks by id and seed, BFCL's error text, FrozenLake's
-check, rendering parity with every recorded observation, the real backends, and light imports.
+check, rendering parity with every recorded observation, the real backends, and light imports
+(BFCL's real backend: test_bfcl_real.py; the textworld env: test_textworld_env.py).
 
     python -m pytest -q tests/simulators/test_envs.py
 """
@@ -39,7 +40,11 @@ def lake(position: int, board: tuple[str, ...] = ("SFFF", "FHFH", "FFFH", "HFFG"
     return {"board": list(board), "position": position, "size": len(board)}
 
 
-@pytest.mark.parametrize("name", SIM_ENVS)
+# textworld compiles its games on first use (seconds each): that load is a slow test.
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n == "textworld" else n for n in SIM_ENVS],
+)
 def test_each_env_loads_once_with_tasks(name: str) -> None:
     env = load_sim_env(name)
     assert isinstance(env, SimEnv) and env.name == name and env.tasks
@@ -54,8 +59,6 @@ def test_each_env_loads_once_with_tasks(name: str) -> None:
 def test_unknown_env_names_the_known_ones() -> None:
     with pytest.raises(ValueError, match="bfcl, frozenlake, mock"):
         load_sim_env("chess")
-    with pytest.raises(ValueError, match="textworld simulated env is not built yet"):
-        load_sim_env("textworld")
 
 
 def test_bfcl_tasks_hold_tools_state_and_seeded_choice() -> None:

@@ -81,7 +81,19 @@ class Backend:
     def __init__(
         self, classes: Sequence[str], config: Mapping[str, Any], long_context: bool
     ) -> None:
-        self.instances = {name: _instantiate(name, config, long_context) for name in classes}
+        self._attach({name: _instantiate(name, config, long_context) for name in classes})
+
+    @classmethod
+    def from_instances(cls, instances: Mapping[str, object]) -> Backend:
+        """A backend over instances built elsewhere ({ClassName: instance}, in the
+        scenario's class order), such as a state restored mid-episode; they are used as
+        they are, not copied."""
+        backend = cls.__new__(cls)
+        backend._attach(dict(instances))
+        return backend
+
+    def _attach(self, instances: dict[str, object]) -> None:
+        self.instances = instances
         self.tools: dict[str, Callable[..., Any]] = {}
         for instance in self.instances.values():
             for name, method in inspect.getmembers(instance, inspect.ismethod):

@@ -58,7 +58,7 @@ class BfclEnv:
             raise ValueError(f"off_policy must be >= 0, got {off_policy}")
         if off_policy_calls < 1:
             raise ValueError(f"off_policy_calls must be >= 1, got {off_policy_calls}")
-        _check_installed()
+        check_installed()
         from simworld.data.envs.bfcl.volatile import volatile_fields
 
         self.categories = names
@@ -88,7 +88,9 @@ class BfclEnv:
             yield recorder.episode(key, seed)
 
 
-def _check_installed() -> None:
+def check_installed() -> None:
+    """Raise EnvUnavailable, saying what to install, unless bfcl-eval (the pinned version)
+    and mpmath are installed."""
     for module in ("bfcl_eval", "mpmath"):
         if importlib.util.find_spec(module) is None:
             raise EnvUnavailable(f"the bfcl env needs {module}: {_INSTALL}")
@@ -100,4 +102,4 @@ def _check_installed() -> None:
         )
 
 
-__all__ = ["BFCL_VERSION", "CATEGORIES", "BfclEnv"]
+__all__ = ["BFCL_VERSION", "CATEGORIES", "BfclEnv", "check_installed"]
