@@ -14,6 +14,27 @@ boolean, got string ('no')"). Bad records: a step out of order, for an unknown e
 past `num_steps`; an episode missing steps (reported at its episode line) or holding a bad
 step (dropped whole, and said so). Header lines may repeat (concatenated files); an unknown
 `schema_version` stops reading with a DumpError, whatever the mode.
+
+Streamed episodes (what a server's recorder appends, see simworld.server.recording): an
+episode line with `"streamed": true` in place of `num_steps`. Its step lines may come
+anywhere after it, interleaved with other episodes' lines, in index order per episode:
+
+    {"type": "episode", "streamed": true, "episode_id": "rec-1", ...}
+    {"type": "episode", "streamed": true, "episode_id": "rec-2", ...}
+    {"type": "step", "episode_id": "rec-2", "index": 0, ...}
+    {"type": "step", "episode_id": "rec-1", "index": 0, ...}
+
+A streamed episode is complete at the end of its file (the next header line or the end of
+the dump) with whatever steps arrived, none included; streamed episodes are yielded there,
+in the order of their episode lines (counted ones as soon as their last step is read). A
+streamed line never interrupts a counted episode's steps. Bad records besides the above: a
+second episode line for an episode id still open in the file ("duplicate episode id"), an
+episode line with both `num_steps` and `streamed`. An unreadable line (a torn last line
+that a crash mid-write leaves) is reported and breaks the counted episode being read, but
+no streamed episode: a lost step shows as a gap in its episode's indices, which drops that
+episode (said so at its episode line), and a lost last step loses only itself. Files
+without streamed lines read exactly as before, so the schema version is unchanged; a reader
+that predates streaming reports a streamed line as bad (no `num_steps`), never misreads it.
 """
 
 from __future__ import annotations
@@ -42,28 +63,39 @@ def sniff(value: JSON) -> bool:
     return isinstance(value, dict) and value.get("format") == HEADER["format"]
 
 
+def episode_line(episode: Episode, *, streamed: bool = False) -> dict[str, JSON]:
+    """The episode line of `episode`: its fields but the steps, with `num_steps` (or, when
+    `streamed`, `"streamed": true` and its steps left to come later)."""
+    fields = to_json(episode)
+    steps = fields.pop("steps")
+    count: dict[str, JSON] = {"streamed": True} if streamed else {"num_steps": len(steps)}
+    return {"type": "episode", **count, **fields}
+
+
+def step_line(episode_id: str, index: int, step: Step) -> dict[str, JSON]:
+    """The line of step `index` of episode `episode_id`."""
+    return {"type": "step", "episode_id": episode_id, "index": index, **to_json(step)}
+
+
 def write(episodes: Iterable[Episode], out: TextIO) -> int:
     """Stream episodes out: the header, then each episode line and its step lines."""
     out.write(dumps(HEADER) + "\n")
     count = 0
     for episode in episodes:
-        fields = to_json(episode)
-        steps = fields.pop("steps")
-        out.write(dumps({"type": "episode", "num_steps": len(steps), **fields}) + "\n")
-        for index, step in enumerate(steps):
-            line = {"type": "step", "episode_id": episode.episode_id, "index": index, **step}
-            out.write(dumps(line) + "\n")
+        out.write(dumps(episode_line(episode)) + "\n")
+        for index, step in enumerate(episode.steps):
+            out.write(dumps(step_line(episode.episode_id, index, step)) + "\n")
         count += 1
     return count
 
 
 @dataclass
 class _Open:
-    """The episode whose steps are being read."""
+    """An episode whose steps are being read; `expected` is None for a streamed one."""
 
     record: RawRecord
     episode: Episode
-    expected: int
+    expected: int | None
     broken: str = ""  # why the episode will be dropped, once a step of it is bad
     skipped: int = 0  # step lines of a broken episode passed over
     steps: list[Step] = field(default_factory=list)
@@ -71,43 +103,97 @@ class _Open:
 
 def read(records: Iterable[RawRecord | BadRecord]) -> Iterator[Item]:
     """The episodes of a transitions file, and a BadRecord for everything that is wrong."""
-    current: _Open | None = None
-    seen_header = False
+    reader = _Reader()
     for record in records:
+        yield from reader.feed(record)
+    yield from reader.end_of_file()
+
+
+class _Reader:
+    """The reading state: the counted episode whose steps follow its line, and the
+    streamed episodes of the file being read (by id, in the order of their lines)."""
+
+    def __init__(self) -> None:
+        self.seen_header = False
+        self.current: _Open | None = None
+        self.streamed: dict[str, _Open] = {}
+
+    def feed(self, record: RawRecord | BadRecord) -> Iterator[Item]:
         if isinstance(record, BadRecord):
-            if current is not None and not current.broken:
-                current.broken = f"a line of it is unreadable ({record.location})"
+            if self.current is not None and not self.current.broken:
+                self.current.broken = f"a line of it is unreadable ({record.location})"
             yield record
-            continue
+            return
         value = record.value
         kind = value.get("type") if isinstance(value, dict) else None
         if sniff(value):
             _check_version(record)
-            seen_header = True
-            yield from _close(current)
-            current = None
-        elif not seen_header:
+            yield from self.end_of_file()
+            self.seen_header = True
+        elif not self.seen_header:
             yield record.bad(f"expected the header line {dumps(HEADER)} first")
         elif kind == "episode":
-            yield from _close(current)
-            opened = _open(record)
-            current = None
-            if isinstance(opened, BadRecord):
-                yield opened
-            elif opened.expected == 0:
-                yield from _close(opened)
-            else:
-                current = opened
+            yield from self._episode(record)
         elif kind == "step":
-            bad = _add_step(current, record)
-            if bad is not None:
-                yield bad
-            elif current is not None and not current.broken and _complete(current):
-                yield from _close(current)
-                current = None
+            yield from self._step(record)
         else:
             yield record.bad(f"expected a line with type 'episode' or 'step', got {kind!r}")
-    yield from _close(current)
+
+    def end_of_file(self) -> Iterator[Item]:
+        """Close everything open: the end of the dump, or a header line starting a new file."""
+        yield from _close(self.current)
+        for opened in self.streamed.values():
+            yield from _close(opened)
+        self.current, self.streamed = None, {}
+
+    def _episode(self, record: RawRecord) -> Iterator[Item]:
+        assert isinstance(record.value, dict)
+        streamed = "streamed" in record.value
+        if not streamed:  # a counted episode line ends the counted episode before it
+            yield from _close(self.current)
+            self.current = None
+        opened = _open(record)
+        if isinstance(opened, BadRecord):
+            yield opened
+            return
+        episode_id = opened.episode.episode_id
+        first = self.streamed.get(episode_id) or (
+            self.current if self.current and self.current.episode.episode_id == episode_id else None
+        )
+        if first is not None:
+            yield record.bad(
+                f"duplicate episode id {episode_id!r}: the episode line at "
+                f"{first.record.location} is still open (its steps would be ambiguous)"
+            )
+        elif streamed:
+            self.streamed[episode_id] = opened
+        elif opened.expected == 0:
+            yield from _close(opened)
+        else:
+            self.current = opened
+
+    def _step(self, record: RawRecord) -> Iterator[Item]:
+        assert isinstance(record.value, dict)
+        episode_id = record.value.get("episode_id")
+        current = self.current
+        if current is not None and episode_id == current.episode.episode_id:
+            target = current
+        elif isinstance(episode_id, str) and episode_id in self.streamed:
+            target = self.streamed[episode_id]
+        elif current is None:
+            reason = "which no open episode line announced (unknown episode, or past its num_steps)"
+            yield record.bad(f"step for episode {episode_id!r}, {reason}")
+            return
+        else:
+            reason = f"but the episode being read is {current.episode.episode_id!r}"
+            yield record.bad(f"step for episode {episode_id!r}, {reason}")
+            return
+        bad = _add_step(target, record)
+        if bad is not None:
+            yield bad
+        elif target is current and not current.broken and len(current.steps) == current.expected:
+            yield from _close(current)
+            self.current = None
 
 
 def _check_version(record: RawRecord) -> None:
@@ -124,9 +210,17 @@ def _check_version(record: RawRecord) -> None:
 def _open(record: RawRecord) -> _Open | BadRecord:
     fields: dict[str, JSON] = dict(record.value)
     del fields["type"]
-    expected = fields.pop("num_steps", None)
-    if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
-        return record.bad(f"num_steps: expected a step count, got {expected!r}")
+    expected: int | None = None
+    if "streamed" in fields:
+        streamed = fields.pop("streamed")
+        if streamed is not True:
+            return record.bad(f"streamed: expected true (or no such field), got {streamed!r}")
+        if "num_steps" in fields:
+            return record.bad("num_steps: a streamed episode line has no step count")
+    else:
+        expected = fields.pop("num_steps", None)
+        if not isinstance(expected, int) or isinstance(expected, bool) or expected < 0:
+            return record.bad(f"num_steps: expected a step count, got {expected!r}")
     if "steps" in fields:
         return record.bad("steps: an episode line holds no steps (they follow it, one a line)")
     try:
@@ -136,33 +230,23 @@ def _open(record: RawRecord) -> _Open | BadRecord:
     return _Open(record, episode, expected)
 
 
-def _add_step(current: _Open | None, record: RawRecord) -> BadRecord | None:
+def _add_step(target: _Open, record: RawRecord) -> BadRecord | None:
     fields: dict[str, JSON] = dict(record.value)
-    del fields["type"]
-    episode_id = fields.pop("episode_id", None)
+    del fields["type"], fields["episode_id"]
     index = fields.pop("index", None)
-    if current is None:
-        reason = "which no open episode line announced (unknown episode, or past its num_steps)"
-        return record.bad(f"step for episode {episode_id!r}, {reason}")
-    if episode_id != current.episode.episode_id:
-        reason = f"but the episode being read is {current.episode.episode_id!r}"
-        return record.bad(f"step for episode {episode_id!r}, {reason}")
-    if current.broken:
-        current.skipped += 1
+    if target.broken:
+        target.skipped += 1
         return None
-    if index != len(current.steps):
-        current.broken = f"step {len(current.steps)} is out of order ({record.location})"
-        return record.bad(f"step index {index!r} is out of order: expected {len(current.steps)}")
+    expected = len(target.steps)
+    if not isinstance(index, int) or isinstance(index, bool) or index != expected:
+        target.broken = f"step {expected} is out of order ({record.location})"
+        return record.bad(f"step index {index!r} is out of order: expected {expected}")
     try:
-        current.steps.append(from_json(Step, fields))
+        target.steps.append(from_json(Step, fields))
     except RecordError as exc:
-        current.broken = f"step {index} is bad ({record.location})"
+        target.broken = f"step {index} is bad ({record.location})"
         return record.bad(str(exc))
     return None
-
-
-def _complete(current: _Open) -> bool:
-    return len(current.steps) == current.expected
 
 
 def _close(current: _Open | None) -> Iterator[Item]:
@@ -173,7 +257,7 @@ def _close(current: _Open | None) -> Iterator[Item]:
         skipped = f"; {current.skipped} later step lines of it skipped" if current.skipped else ""
         reason = f"episode {current.episode.episode_id!r} dropped: {current.broken}{skipped}"
         yield current.record.bad(reason)
-    elif len(current.steps) < current.expected:
+    elif current.expected is not None and len(current.steps) < current.expected:
         have, want = len(current.steps), current.expected
         reason = f"episode {current.episode.episode_id!r} has {have} of {want} steps"
         reason += f" (missing from step {have})"
@@ -191,4 +275,4 @@ FORMAT = Format(
     write=write,
 )
 
-__all__ = ["FORMAT", "HEADER", "NAME", "read", "sniff", "write"]
+__all__ = ["FORMAT", "HEADER", "NAME", "episode_line", "read", "sniff", "step_line", "write"]
