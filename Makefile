@@ -4,8 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SIMWORLD := $(VENV)/bin/simworld
-TEST_EXTRAS := bfcl,gym,hf,textworld,pretrained,openai,eval,dev
-DEMO := demo/bfcl-demo.jsonl
+TEST_EXTRAS := bfcl,gym,hf,textworld,pretrained,openai,eval,serve,dev
 
 .PHONY: serve test test-fast lint typecheck install install-test bundle clean
 
@@ -14,7 +13,7 @@ $(PY):
 
 # The stamp files re-run an install when pyproject.toml or the script changes.
 $(VENV)/.installed: $(PY) pyproject.toml scripts/install.sh
-	PYTHON=$(PY) scripts/install.sh bfcl,gym,hf
+	PYTHON=$(PY) scripts/install.sh bfcl,gym,hf,serve
 	touch $@
 
 $(VENV)/.installed-test: $(PY) pyproject.toml scripts/install.sh
@@ -24,13 +23,12 @@ $(VENV)/.installed-test: $(PY) pyproject.toml scripts/install.sh
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
-# The main job. The server is not built yet (see the open issues), so for now this records
-# real BFCL episodes with the ground-truth recorder and summarizes them.
+# The main job: the simulated BFCL environment over HTTP (REST, OpenEnv) with the shipped
+# default world model, on http://127.0.0.1:8000 (HOST=0.0.0.0 PORT=9000 to change).
+HOST ?= 127.0.0.1
+PORT ?= 8000
 serve: install
-	@mkdir -p demo
-	$(SIMWORLD) record --env bfcl --episodes 20 --seed 1 --out $(DEMO)
-	$(SIMWORLD) inspect $(DEMO)
-	@echo "serve: the simulated-environment server is not built yet; this ran the recorder demo."
+	$(SIMWORLD) serve --model default --env bfcl --host $(HOST) --port $(PORT)
 
 lint: install-test
 	$(VENV)/bin/ruff check .
@@ -51,4 +49,4 @@ bundle: install-test
 	$(SIMWORLD) bundle --out data/bundled
 
 clean:
-	rm -rf $(VENV) build demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@
     simworld record --env bfcl --episodes 20 --seed 1 --out x.jsonl
     simworld inspect x.jsonl
     simworld convert x.jsonl y.jsonl --to openai
+    simworld serve --model default --env bfcl
 
 Each layer's `cli` module exposes `configure(command, parser) -> handler`; only the module
 of the command being run is imported, so `simworld --help` stays fast.
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("simworld.training.cli", "train a world model (sft)"),
     "bench": ("simworld.worldmodel.cli", "measure decode speed (bench decode)"),
     "eval": ("simworld.eval.cli", "measure a world model's fidelity against baselines"),
+    "serve": ("simworld.server.cli", "serve simulated environments (native REST, OpenEnv)"),
 }
 
 

@@ -1,0 +1,262 @@
+"""Request batching: concurrent `predict` calls from many sessions' threads meet in one call
+of the world model underneath.
+
+    model = BatchingModel(load_world_model("default"), max_batch=32, max_wait_ms=5.0,
+                          on_batch=metrics.batch)
+    router = Router(env, model)      # sessions' threads call model.predict([ctx]) at once
+    ...
+    model.close()
+
+How it works. A caller's request (its contexts and GenerationConfig) joins a queue and the
+caller waits on a future. One worker thread takes the oldest request, gathers the queued
+requests that may share its call until `max_batch` contexts are queued or `max_wait_ms`
+have passed since that oldest request arrived (a request that already waited through an
+earlier call goes at once with whatever has queued behind it), calls the inner model's
+`predict` once on all their contexts, and hands each caller its own slice. So at most one
+inner `predict` runs at a time: the inner model need not be thread-safe. An exception
+from the inner call is raised to every caller of that batch; the worker carries on.
+`on_batch(size)` is called once per inner call, before it. `max_batch=1` or
+`max_wait_ms=0` turns batching off: each call runs in its caller's thread, one at a time.
+A request of more than `max_batch` contexts is one call of its own (the transformers
+engine cuts it into its own `batch_size` chunks).
+
+Which requests share a call. `predict` takes one GenerationConfig for the whole batch, so
+only requests with equal configs (`None`, the model's own `generation`, counts as that
+config) can share; and only when decoding is greedy:
+- greedy rows do not depend on each other: the transformers engine's own decode path masks
+  padding and skips it in rotary positions, HF `generate` left-pads, and both give a row
+  the same tokens alone or in a batch (tests/worldmodel/test_engines.py checks both);
+- seeded sampling (`do_sample=True`, e.g. the router's retries) is never merged. The own
+  decode path, the OpenAI and the vLLM engines draw row `i` of a request with a generator
+  seeded `cfg.seed + i` (decode.py `_sample`, one `torch.Generator` per row): a row's draw
+  is independent of the other rows' content but not of its index, so a one-context request
+  merged behind another would be drawn with seed `cfg.seed + 1` instead of `cfg.seed`.
+  HF `generate` (`decode="generate"`) seeds the global generator once per chunk with its
+  first row's seed, so there even the content of the other rows changes a draw. Requests
+  whose seeds chain (`b.seed == a.seed + len(a)`) could share a call on the first three
+  engines, but the router's retry seeds are hashes, so they would almost never meet; a
+  sampled request runs alone, and a seeded session repeats whatever the server's load.
+A model without a `generation` attribute is assumed to decode its default deterministically.
+
+Prefix reuse (what the engine already does; nothing is added here). The transformers
+engine's own decode path (decode.py) sorts a call's prompts by tokens and, per chunk of
+`batch_size` rows, prefills the tokens common to every row of the chunk once (batch 1)
+and broadcasts their keys and values; across calls a `PrefixCache` (LRU, 8 entries by
+default, a linear scan for the longest common start) keeps such shared prefixes, so a
+later prompt that starts the same way prefills only the rest. What that means for served
+sessions:
+- a session whose steps come alone (one-row calls) reuses its previous prompt up to the
+  first token that changed; the prompt opens with the state block (render.py BLOCKS:
+  state, task, tools, rules, ...), so once the state changes the tool schemas and rules
+  after it are encoded again; only a stateless env keeps task, schemas and rules reused;
+- in a merged batch the shared prefix is what all its rows have in common: for sessions
+  of different tasks or states little more than the template's heading, and each row's
+  own schemas and rules are prefilled again in the batched suffix forward; the cache then
+  holds that short common prefix, not each session's;
+- HF `generate` (`decode="generate"`) reuses nothing across calls; the OpenAI and vLLM
+  engines leave it to the server (vLLM's automatic prefix caching, when switched on).
+Per-session reuse inside merged batches would need the engine to look up each row's own
+longest cached prefix and copy it into that row's cache slots (per-row, block-level prefix
+caching as vLLM's automatic prefix caching or SGLang's radix tree do), and a prompt order
+that puts the stable blocks (task, tools, rules) before the state; both are worldmodel
+changes, not server ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.world_model import Prediction, WorldModel
+
+log = logging.getLogger(__name__)
+
+_OWN_DEFAULT = "the model's own generation config"  # merge key of cfg=None when it is unknown
+
+
+@dataclass
+class _Request:
+    contexts: list[Context]
+    cfg: GenerationConfig | None
+    key: Hashable | None  # requests with equal keys may share a call; None: never merged
+    arrived: float  # time.monotonic()
+    future: Future[list[Prediction]] = field(default_factory=Future)
+
+
+class BatchingModel:
+    """A WorldModel that merges concurrent `predict` calls into calls of `model`; see the
+    module docstring for when requests share a call and what prefix reuse happens."""
+
+    def __init__(
+        self,
+        model: WorldModel,
+        *,
+        max_batch: int = 32,
+        max_wait_ms: float = 5.0,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1 (1 turns batching off), got {max_batch}")
+        if not (math.isfinite(max_wait_ms) and max_wait_ms >= 0):
+            raise ValueError(
+                f"max_wait_ms must be finite and >= 0 (0 turns batching off), got {max_wait_ms}"
+            )
+        self.model = model
+        self.budget = model.budget
+        self.max_batch = max_batch
+        self.max_wait_ms = max_wait_ms
+        self.on_batch = on_batch
+        self._inner_lock = threading.Lock()  # one inner predict at a time
+        self._cond = threading.Condition()  # guards _pending and _closed
+        self._pending: deque[_Request] = deque()
+        self._gathering: list[_Request] = []  # the batch the worker is waiting to fill
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        if self.batching:
+            self._worker = threading.Thread(
+                target=self._serve, name=f"BatchingModel-{id(self):x}", daemon=True
+            )
+            self._worker.start()
+
+    @property
+    def batching(self) -> bool:
+        """Whether concurrent calls are merged (max_batch > 1 and max_wait_ms > 0)."""
+        return self.max_batch > 1 and self.max_wait_ms > 0
+
+    @property
+    def generation(self) -> GenerationConfig | None:
+        """The inner model's own generation config, where it has one (the router builds its
+        retry configs from it)."""
+        own = getattr(self.model, "generation", None)
+        return own if isinstance(own, GenerationConfig) else None
+
+    @property
+    def queued(self) -> int:
+        """Contexts waiting for a call: queued, or in the batch being gathered (not those in
+        the call running now)."""
+        with self._cond:
+            waiting = (*self._pending, *self._gathering)
+            return sum(len(r.contexts) for r in waiting)
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]:
+        """The inner model's predictions for `batch`, made in a call it may share with
+        other threads' concurrent requests; raises what that call raised."""
+        contexts = list(batch)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("BatchingModel.predict was called after close()")
+        if not contexts:
+            return []
+        if not self.batching:
+            return self._call(contexts, cfg)
+        request = _Request(contexts, cfg, self._merge_key(cfg), time.monotonic())
+        with self._cond:
+            if self._closed:  # closed since the check above
+                raise RuntimeError("BatchingModel.predict was called after close()")
+            self._pending.append(request)
+            self._cond.notify_all()
+        return request.future.result()
+
+    def close(self) -> None:
+        """Answer the requests already queued, then stop the worker; later `predict` calls
+        raise. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._worker is not None and self._worker is not threading.current_thread():
+            self._worker.join()
+
+    def _merge_key(self, cfg: GenerationConfig | None) -> Hashable | None:
+        resolved = cfg if cfg is not None else self.generation
+        if resolved is None:
+            return _OWN_DEFAULT
+        return None if resolved.do_sample else resolved
+
+    def _serve(self) -> None:
+        """The worker: gather a batch, run it, until closed and drained."""
+        while True:
+            group = self._gather()
+            if group is None:
+                return
+            self._run(group)
+
+    def _gather(self) -> list[_Request] | None:
+        """The oldest request and those queued (or arriving before its deadline) that may
+        share its call, up to `max_batch` contexts; None once closed with nothing queued."""
+        with self._cond:
+            while not self._pending:
+                if self._closed:
+                    return None
+                self._cond.wait()
+            first = self._pending.popleft()
+            group, rows = [first], len(first.contexts)
+            if first.key is None:
+                return group
+            deadline = first.arrived + self.max_wait_ms / 1000
+            self._gathering = group
+            while True:
+                rows += self._take_matching(first.key, group, rows)
+                left = deadline - time.monotonic()
+                if rows >= self.max_batch or left <= 0 or self._closed:
+                    self._gathering = []
+                    return group
+                self._cond.wait(left)
+
+    def _take_matching(self, key: Hashable, group: list[_Request], rows: int) -> int:
+        """Move queued requests with `key` that still fit into `group`, oldest first; the
+        others keep their places. Returns the contexts added. Caller holds `_cond`."""
+        added, kept = 0, deque[_Request]()
+        for request in self._pending:
+            n = len(request.contexts)
+            if request.key == key and rows + added + n <= self.max_batch:
+                group.append(request)
+                added += n
+            else:
+                kept.append(request)
+        self._pending = kept
+        return added
+
+    def _run(self, group: list[_Request]) -> None:
+        contexts = [ctx for request in group for ctx in request.contexts]
+        try:
+            predictions = self._call(contexts, group[0].cfg)
+        # Whatever the inner model raises belongs to its callers; the worker must survive
+        # it, or every later caller would wait forever.
+        except BaseException as exc:
+            for request in group:
+                request.future.set_exception(exc)
+            return
+        start = 0
+        for request in group:
+            end = start + len(request.contexts)
+            request.future.set_result(predictions[start:end])
+            start = end
+
+    def _call(self, contexts: list[Context], cfg: GenerationConfig | None) -> list[Prediction]:
+        with self._inner_lock:
+            if self.on_batch is not None:
+                try:
+                    self.on_batch(len(contexts))
+                # A metrics hook must not fail the requests it counts.
+                except Exception:
+                    log.exception("on_batch(%d) raised; the batch runs anyway", len(contexts))
+            predictions = self.model.predict(contexts, cfg)
+        if len(predictions) != len(contexts):
+            raise RuntimeError(
+                f"{type(self.model).__name__}.predict returned {len(predictions)} predictions "
+                f"for {len(contexts)} contexts"
+            )
+        return predictions
+
+
+__all__ = ["BatchingModel"]

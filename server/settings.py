@@ -1,0 +1,139 @@
+"""What one `simworld serve` runs: the model, the envs, the address, the API keys, the
+limits, batching, recording and routing. A small dataclass; `simworld serve` fills it from
+its flags, tests build it directly.
+
+    settings = Settings(model="default", envs=("bfcl",), port=8000)
+    Settings(model=None, envs=("mock",))         # no world model: rules, real and cache only
+    app = create_app(settings)                    # simworld.server.app
+
+Decisions:
+- `model`: "default" (the small model shipped in the package), a checkpoint directory, or
+  None for a server without a world model: steps that no rule, real backend or cached
+  answer covers are then answered 503 (see hub.py), never guessed.
+- `api_keys`: read from the environment variable SIMWORLD_API_KEY when not given (several
+  keys separated by commas; each key is its own owner namespace, see auth.py). Empty: the
+  server runs without a token. Keys travel in URLs (`/k/<key>/...`), so only URL-safe
+  characters are allowed, and at least 16 of them.
+- `max_batch` 1 or `max_wait_ms` 0 turns request batching off (the model is called as is).
+- `worker_threads` (256): how many requests the sync routes run at once (app.py raises
+  anyio's worker-thread limit to it; anyio's own default of 40 let only 40 of 64
+  concurrent sessions reach the batching model). A session steps one request at a time,
+  so this bounds the sessions whose steps are in flight together; 256 leaves room past a
+  full batch of every benchmarked concurrency and for the other routes, while keeping the
+  thread count far below `max_sessions` (threads are started on demand).
+- `torch_threads`: torch's intra-op threads for the model (None: torch's default, one per
+  core); see `simworld bench serve` for what 1 or 2 gives under concurrency.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simworld.server.hub import Limits
+from simworld.simulators.envs import SIM_ENVS
+from simworld.simulators.router import RouterConfig
+
+API_KEY_VARIABLE = "SIMWORLD_API_KEY"
+MIN_KEY_LENGTH = 16
+WORKER_THREADS = 256
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def keys_from_environment() -> tuple[str, ...]:
+    """The API keys in SIMWORLD_API_KEY (comma-separated; unset or empty: none)."""
+    raw = os.environ.get(API_KEY_VARIABLE, "")
+    return tuple(key.strip() for key in raw.split(",") if key.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One server's configuration (see the module docstring)."""
+
+    model: str | None = "default"
+    envs: tuple[str, ...] = ("bfcl",)
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = field(default_factory=keys_from_environment)
+    limits: Limits = field(default_factory=Limits)
+    max_batch: int = 32
+    max_wait_ms: float = 5.0
+    record: Path | None = None
+    router: RouterConfig = field(default_factory=RouterConfig)
+    device: str | None = None  # the model's torch device; None: the engine's choice
+    worker_threads: int = WORKER_THREADS
+    torch_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "envs", tuple(self.envs))
+        object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        self._check_envs()
+        self._check_model()
+        self._check_keys()
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535 (0: any free port), got {self.port}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1 (1: no batching), got {self.max_batch}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0 (0: no batching), got {self.max_wait_ms}")
+        if self.worker_threads < 1:
+            raise ValueError(f"worker_threads must be at least 1, got {self.worker_threads}")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(
+                f"torch_threads must be at least 1 (or None), got {self.torch_threads}"
+            )
+        if self.record is not None:
+            record = Path(self.record)
+            object.__setattr__(self, "record", record)
+            if not record.parent.is_dir():
+                raise ValueError(
+                    f"record: the folder {record.parent} does not exist; create it or "
+                    "record somewhere else"
+                )
+
+    @property
+    def batching(self) -> bool:
+        """Whether concurrent model calls are gathered into batches."""
+        return self.max_batch > 1 and self.max_wait_ms > 0
+
+    def _check_envs(self) -> None:
+        if not self.envs:
+            raise ValueError(f"envs: name at least one env to serve, from {', '.join(SIM_ENVS)}")
+        unknown = [name for name in self.envs if name not in SIM_ENVS]
+        if unknown:
+            raise ValueError(f"envs: unknown env {unknown[0]!r}; choose from {', '.join(SIM_ENVS)}")
+        twice = sorted({name for name in self.envs if self.envs.count(name) > 1})
+        if twice:
+            raise ValueError(f"envs: {twice[0]!r} is named twice; name each env once")
+
+    def _check_model(self) -> None:
+        if self.model is None or self.model == "default":
+            return
+        if not Path(self.model).is_dir():
+            raise ValueError(
+                f"model: {self.model!r} is not a checkpoint directory; pass a directory "
+                'that `simworld train` wrote, "default", or none (no world model)'
+            )
+
+    def _check_keys(self) -> None:
+        for key in self.api_keys:
+            where = f"api key #{self.api_keys.index(key) + 1}"  # never the key itself
+            if len(key) < MIN_KEY_LENGTH or not _KEY_CHARS.fullmatch(key):
+                raise ValueError(
+                    f"{where} must be at least {MIN_KEY_LENGTH} URL-safe characters "
+                    "(A-Z a-z 0-9 . _ ~ -); make one with "
+                    "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
+                )
+        if len(set(self.api_keys)) != len(self.api_keys):
+            raise ValueError("api keys: the same key is given twice; give each key once")
+
+
+__all__ = [
+    "API_KEY_VARIABLE",
+    "MIN_KEY_LENGTH",
+    "WORKER_THREADS",
+    "Settings",
+    "keys_from_environment",
+]
