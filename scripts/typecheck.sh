@@ -15,6 +15,7 @@ trap 'rm -rf "$work"' EXIT
 tree="$work/simworld"
 mkdir -p "$tree"
 for f in "$root"/simworld/*.py; do ln -s "$f" "$tree/$(basename "$f")"; done
+for d in "$root"/simworld/*/; do [[ -f "$d/__init__.py" ]] && ln -s "${d%/}" "$tree/$(basename "$d")"; done
 for layer in data worldmodel simulators training server eval; do ln -s "$root/$layer" "$tree/$layer"; done
 cd "$work"
 "$PYTHON" -m mypy --config-file "$root/pyproject.toml" --cache-dir "$root/.mypy_cache" -p simworld

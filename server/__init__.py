@@ -12,7 +12,8 @@
   protocol; `batching`: concurrent model calls merged; `recording`: served steps appended
   to a dump; `metrics`: Prometheus text.
 - Protocols: `rest` + `wire` (native REST, `/v1/...`), `openenv` + `openenv_wire`
-  (OpenEnv HTTP and WebSocket). MCP at `/mcp` is not built yet.
+  (OpenEnv HTTP and WebSocket), `mcp` + `mcp_wire` (MCP streamable HTTP and OpenEnv's
+  JSON-RPC at `/mcp`), `mcp_stdio` (`simworld mcp`, the same over stdin/stdout).
 - `cli`: `simworld serve`.
 
 Importing the package imports FastAPI, not torch: the model loads in the app's lifespan.

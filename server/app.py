@@ -5,9 +5,10 @@
     uvicorn.run(app, host="127.0.0.1", port=8000)                    # or `simworld serve`
 
 Routes: `/v1/...` (rest.py); OpenEnv's `/reset /step /state /schema /metadata /health /ws`
-under `/envs/<env>/` for every env and at the root for the first (openenv.py); `GET
-/metrics` (Prometheus text, metrics.py); `GET /health` (OpenEnv's, `{"status":
-"healthy"}`; open without a token). `/mcp` is left free for the MCP endpoint.
+under `/envs/<env>/` for every env and at the root for the first (openenv.py); MCP's
+streamable HTTP `/mcp` beside them, per env and at the root (mcp.py); `GET /metrics`
+(Prometheus text, metrics.py); `GET /health` (OpenEnv's, `{"status": "healthy"}`; open
+without a token); StableToolBench's `POST /virtual` (virtual.py).
 
 The lifespan raises anyio's worker-thread limit to `settings.worker_threads` (settings.py
 says why) and, without a ready hub, sets torch's intra-op threads (`settings.torch_threads`,
@@ -52,10 +53,12 @@ from starlette.websockets import WebSocket
 from simworld.server.auth import ApiKeyAuth
 from simworld.server.deps import HubDep
 from simworld.server.hub import Hub, HubError
+from simworld.server.mcp import mcp_router
 from simworld.server.metrics import CONTENT_TYPE, Metrics
 from simworld.server.openenv import openenv_router
 from simworld.server.rest import router as rest_router
 from simworld.server.settings import WORKER_THREADS, Settings, keys_from_environment
+from simworld.server.virtual import router as virtual_router
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +90,13 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     app.add_middleware(ApiKeyAuth, keys=keys, on_reject=_counter(app))
     app.add_middleware(InternalErrors, on_error=_counter(app))  # outermost
     app.include_router(rest_router)
+    app.include_router(virtual_router)  # StableToolBench's POST /virtual
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     for env in envs:
         app.include_router(openenv_router(env), prefix=f"/envs/{env}", tags=[f"OpenEnv {env}"])
+        app.include_router(mcp_router(env), prefix=f"/envs/{env}", tags=[f"MCP {env}"])
     app.include_router(openenv_router(envs[0]), tags=["OpenEnv (first env)"])
+    app.include_router(mcp_router(envs[0]), tags=["MCP (first env)"])
     if not any(getattr(route, "path", None) == "/health" for route in app.routes):
         app.add_api_route("/health", _health, methods=["GET"])
     return app

@@ -110,7 +110,6 @@ class ServeBenchResult:
 
     def ratio(self, sessions: int = TARGET_SESSIONS) -> float | None:
         """Batched over unbatched model steps/s at `sessions` (None: not measured)."""
-        rate = {r.batching: r.steps_per_s for r in self.rows if r.source == "model"}
         rate = {
             r.batching: r.steps_per_s
             for r in self.rows
@@ -153,7 +152,7 @@ def bench_serve(
         with serving(_settings(cfg, batching=batching, cache=False)) as base:
             facts = facts or _facts()
             for n in cfg.sessions:
-                mine = [_rotated(scripts, i * 7) for i in range(n)]
+                mine = [_rotated(scripts, i) for i in range(n)]  # each its own start
                 rows.append(_measure(base, cfg, mine, batching=batching, source="model"))
                 say(format_row(rows[-1]))
     if cfg.cache_sessions:
@@ -329,8 +328,10 @@ def _run_sessions(
     rounds: int | None = None,
     during: Callable[[], None] | None = None,
 ) -> list[_Session]:
-    """Start one session per script list together; run `during` (which sets nothing) and
-    then stop them, or, with `rounds`, wait until each has played its scripts that often."""
+    """Start one session per script list together; then either run `during` and stop
+    them, or (no `during`) wait until each has played its scripts `rounds` times."""
+    if (during is None) == (rounds is None):
+        raise ValueError("give either rounds or during")
     start, stop = threading.Barrier(len(scripts) + 1), threading.Event()
     sessions = [_Session(base, env, list(s), start, stop, rounds) for s in scripts]
     for session in sessions:
@@ -339,6 +340,9 @@ def _run_sessions(
         start.wait()
         if during is not None:
             during()
+        else:
+            for session in sessions:
+                session.join()
     except threading.BrokenBarrierError:
         pass  # a session failed before the start; its error is raised below
     finally:
@@ -346,10 +350,10 @@ def _run_sessions(
         for session in sessions:
             session.join()
     failed = [s.error for s in sessions if s.error is not None]
-    if failed and not isinstance(failed[0], threading.BrokenBarrierError):
-        raise RuntimeError(f"a benchmark session failed: {failed[0]}") from failed[0]
-    if failed:
-        raise RuntimeError("a benchmark session failed before the start") from failed[0]
+    # The other sessions of one that failed before the start see a broken barrier.
+    first = [e for e in failed if not isinstance(e, threading.BrokenBarrierError)] + failed
+    if first:
+        raise RuntimeError(f"a benchmark session failed: {first[0]!r}") from first[0]
     return sessions
 
 

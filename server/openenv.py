@@ -20,7 +20,7 @@ Routes (shapes and per-kind actions and observations: openenv_wire.py):
     GET  /metadata  -> {"name", "description", "readme_content", "version", "author", ...}
     GET  /health    -> {"status": "healthy"}
     WS   /ws        OpenEnv's session protocol: one connection is one session
-`/mcp` is left to the MCP adapter.
+`/mcp` is the MCP adapter's (mcp.py).
 
 HTTP sessions. OpenEnv 0.3's HTTP routes build a fresh env per request and 0.1's kept one
 shared env; here a reset opens (or resets) the caller's session keyed by its `episode_id`,
@@ -34,9 +34,10 @@ WebSocket sessions. The first `reset` opens a session with a server-chosen id (a
 `episode_id` in the reset's data is ignored: the id is the hub's); later resets restart
 it; `close`, or the connection ending, closes it. `state` before a reset answers an empty
 State. `list_tools` (tool envs) does not take a step: it answers the task's tools, or
-before a reset every tool of the env's tasks. `{"type": "mcp"}` answers JSON-RPC
-`tools/list` for tool envs and -32601 (method not found) for anything else until the MCP
-adapter serves it. Errors are `{"type": "error", "data": {"message", "code", ...}}`:
+before a reset every tool of the env's tasks. `{"type": "mcp"}` carries JSON-RPC, answered
+by the MCP dispatcher (mcp.py: tools/list, tools/call, ping, openenv/session/*, ...) in
+the socket's session, or statelessly before a reset, as `{"type": "mcp", "data":
+<response>}`. Errors are `{"type": "error", "data": {"message", "code", ...}}`:
 INVALID_JSON, UNKNOWN_TYPE, VALIDATION_ERROR (a malformed message, an action that breaks
 /schema's action schema ("errors" lists pydantic's errors), an unknown task),
 SESSION_ERROR (no reset yet, the session expired), CAPACITY_REACHED (the session limit),
@@ -62,6 +63,7 @@ from starlette.websockets import WebSocketState
 
 from simworld.server.deps import HubDep, OwnerDep
 from simworld.server.hub import BadRequest, Hub, HubError, LimitReached, Live, NotFound
+from simworld.server.mcp import Channel, McpDispatcher
 from simworld.server.openenv_wire import (
     Health,
     Kind,
@@ -72,7 +74,6 @@ from simworld.server.openenv_wire import (
     State,
     StepRequest,
     StepResponse,
-    Tool,
     WireAction,
     WsBare,
     WsMcp,
@@ -308,23 +309,16 @@ class WsSession:
         return State.model_validate(self.hub.state(self.id, self.owner))
 
     def _mcp(self, request: dict[str, Any]) -> dict[str, Any]:
-        """JSON-RPC over the socket: tools/list only, until the MCP adapter serves /mcp."""
-        rid = request.get("id")
-        if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
-            return _rpc_error(rid, -32600, 'Invalid Request: needs "jsonrpc": "2.0", "method"')
-        if request["method"] == "tools/list" and self._kind() == "tools":
-            tools = env_tools(self.hub.env(self.env)) if self.id is None else self._task_tools()
-            listed = [
-                {"name": t.name, "description": t.description, "inputSchema": t.input_schema}
-                for t in tools
-            ]
-            return {"jsonrpc": "2.0", "id": rid, "result": {"tools": listed}}
-        return _rpc_error(rid, -32601, f"Method not found: {request['method']}")
-
-    def _task_tools(self) -> list[Tool]:
-        assert self.id is not None
-        task_id = self.hub.state(self.id, self.owner)["task_id"]
-        return wire_tools(self.hub.env(self.env).tasks[str(task_id)].tools)
+        """JSON-RPC over the socket, answered by the MCP dispatcher (mcp.py) in this
+        socket's session (stateless before a reset); a session an `initialize` or
+        `openenv/session/create` opens becomes the socket's. Every message gets a frame: a
+        notification's is an empty result."""
+        channel = Channel(self.owner, self.id, socket=True)
+        reply = McpDispatcher(self.hub, self.env).handle_safely(request, channel)
+        if channel.session != self.id:
+            self.close()  # the session an initialize replaced
+            self.id = channel.session
+        return reply if reply is not None else {"jsonrpc": "2.0", "id": None, "result": {}}
 
     def close(self) -> None:
         """Close the session, if there is one (an expired one is already gone)."""
@@ -351,10 +345,6 @@ def _code(exc: HubError, kind: str) -> str:
 
 def _error(message: str, code: str, **extra: Any) -> dict[str, Any]:
     return {"type": "error", "data": {"message": message, "code": code, **extra}}
-
-
-def _rpc_error(rid: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:

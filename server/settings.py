@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from simworld.server.hub import Limits
-from simworld.simulators.envs import SIM_ENVS
+from simworld.simulators.envs import SIM_ENVS, sim_env_name
+from simworld.simulators.envs.captured import find_captured_env
 from simworld.simulators.router import RouterConfig
 
 API_KEY_VARIABLE = "SIMWORLD_API_KEY"
@@ -101,9 +102,16 @@ class Settings:
     def _check_envs(self) -> None:
         if not self.envs:
             raise ValueError(f"envs: name at least one env to serve, from {', '.join(SIM_ENVS)}")
-        unknown = [name for name in self.envs if name not in SIM_ENVS]
+        unknown = [n for n in self.envs if n not in SIM_ENVS and find_captured_env(n) is None]
         if unknown:
-            raise ValueError(f"envs: unknown env {unknown[0]!r}; choose from {', '.join(SIM_ENVS)}")
+            raise ValueError(
+                f"envs: unknown env {unknown[0]!r}; choose from {', '.join(SIM_ENVS)} or give "
+                "a captured env's directory"
+            )
+        try:  # a captured env's directory is served under its env's name
+            object.__setattr__(self, "envs", tuple(sim_env_name(n) for n in self.envs))
+        except ValueError as exc:
+            raise ValueError(f"envs: {exc}") from exc
         twice = sorted({name for name in self.envs if self.envs.count(name) > 1})
         if twice:
             raise ValueError(f"envs: {twice[0]!r} is named twice; name each env once")

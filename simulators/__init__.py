@@ -2,7 +2,8 @@
 torch, no FastAPI at import).
 
 - `env`: what an env is (tasks, tools, rules, checks, step limit, optional deterministic
-  rules and real backend); `envs`: `load_sim_env("bfcl" | "frozenlake" | "mock")`.
+  rules and real backend); `envs`: `load_sim_env("bfcl" | "frozenlake" | "mock" |
+  "textworld")`.
 - `validation`: an action checked against the tools' input schemas before any model is
   asked, with the error text the env's real API would give.
 - `cache`: the router's exact cache (env, state, canonical action).
@@ -10,5 +11,5 @@ torch, no FastAPI at import).
   cache → world model, with bounded retries on output-schema violations and shadow mode.
 - `session`: one episode, `reset` / `step` / `state` / `close`, recordable as an Episode.
 
-The server that exposes sessions over HTTP is not built yet: see the open issues.
+`simworld.server` exposes sessions over HTTP (REST, OpenEnv, MCP); nothing here imports it.
 """

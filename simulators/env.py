@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from simworld.data.records import JSON, Action, Observation, ToolSpec, VolatileField
+from simworld.data.records import JSON, Action, Episode, Observation, ToolSpec, VolatileField
 from simworld.simulators.validation import DefaultStyle, ErrorStyle
 
 
@@ -95,6 +95,9 @@ class SimEnv:
     responder: Responder | None = None
     real: RealBackend | None = None
     error_style: ErrorStyle = field(default_factory=DefaultStyle)
+    # Real episodes of this env (a captured env's recordings): the router's exact cache
+    # starts with their answers, so a step seen for real is answered as it was.
+    recorded: tuple[Episode, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tasks:

@@ -61,6 +61,7 @@ from simworld.simulators.env import Answer, SimEnv
 from simworld.simulators.validation import Violation
 from simworld.worldmodel.context import context_for_action
 from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.patch import diff
 from simworld.worldmodel.world_model import Prediction, WorldModel
 
 Source = Literal["rules", "cache", "real", "model"]
@@ -149,6 +150,9 @@ class Router:
         self.model = model
         self.config = config or RouterConfig()
         self.cache = (cache or ExactCache()) if self.config.use_cache else None
+        if self.cache is not None:
+            for episode in env.recorded:
+                prefill(self.cache, env.name, episode)
         self.stats = RouterStats()
         self._lock = threading.Lock()
         wants_real = self.config.real_tools or self.config.max_real_cost > 0
@@ -269,6 +273,19 @@ def canonical_observation(
         return ["text", canonical(observation.text, volatile, reference=reference)]
     results = observation.results
     return [[r.is_error, canonical(r.text, volatile, reference=reference)] for r in results]
+
+
+def prefill(cache: ExactCache, env: str, episode: Episode) -> int:
+    """Put a real episode's answers in `cache`, each under the key the router looks its step
+    up by (the env, the state before it or, where there is none, the history before it, the
+    action); the patch is the state change when both states are known. Returns how many."""
+    for index, step in enumerate(episode.steps):
+        basis = _cache_basis(replace(episode, steps=episode.steps[:index]), step.state)
+        patch = None
+        if step.state is not None and step.next_state is not None:
+            patch = diff(step.state, step.next_state)
+        cache.put(cache_key(env, basis, step.action), CachedAnswer.of(step.observation, patch))
+    return len(episode.steps)
 
 
 def _cache_basis(history: Episode, state: JSON) -> JSON:

@@ -4,6 +4,7 @@
     simworld inspect x.jsonl
     simworld convert x.jsonl y.jsonl --to openai
     simworld serve --model default --env bfcl
+    simworld mcp --env bfcl          # MCP over stdio, for `mcpServers` configs
 
 Each layer's `cli` module exposes `configure(command, parser) -> handler`; only the module
 of the command being run is imported, so `simworld --help` stays fast.
@@ -23,9 +24,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("simworld.data.cli", "summarize a dump: episodes, steps, tools, errors"),
     "bundle": ("simworld.data.cli", "rebuild the bundled dataset (maintainers)"),
     "train": ("simworld.training.cli", "train a world model (sft)"),
-    "bench": ("simworld.worldmodel.cli", "measure decode speed (bench decode)"),
+    "bench": ("simworld.bench", "measure speed: bench decode (model), bench serve (server)"),
     "eval": ("simworld.eval.cli", "measure a world model's fidelity against baselines"),
     "serve": ("simworld.server.cli", "serve simulated environments (native REST, OpenEnv)"),
+    "capture": ("simworld.server.capture", "save a real MCP server's tools as an env"),
+    "proxy": ("simworld.server.proxy_cli", "proxy a real MCP server or tool API, recording calls"),
+    "mcp": ("simworld.server.mcp_stdio", "serve one simulated env as an MCP server on stdio"),
 }
 
 

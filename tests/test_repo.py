@@ -100,6 +100,14 @@ LIGHT_IMPORTS = {
         "gymnasium",
         "bfcl_eval",
     ),
+    # client code for trainers: httpx only, each framework inside its own adapter module
+    "simworld.adapters, simworld.adapters.client, simworld.adapters.trl": (
+        "torch",
+        "transformers",
+        "fastapi",
+        "gymnasium",
+        "datasets",
+    ),
 }
 
 

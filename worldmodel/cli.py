@@ -1,4 +1,5 @@
-"""The world-model layer's `simworld` subcommand: `simworld bench decode`.
+"""The world-model layer's `simworld` subcommand: `simworld bench decode` (the front door's
+`simworld.bench` dispatches `bench WHAT` to the layer that owns it).
 
     simworld bench decode                      # the shipped default on bundled test prompts
     simworld bench decode --model out/ckpt     # any AR checkpoint
@@ -19,14 +20,12 @@ Handler = Callable[[argparse.Namespace], int]
 
 def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     """Add `command`'s arguments to `parser` and return its handler."""
-    if command != "bench":
+    if command != "bench decode":
         raise ValueError(f"unknown world-model command {command!r}")
-    what = parser.add_subparsers(dest="what", required=True, metavar="WHAT")
-    decode = what.add_parser("decode", help="decode speed of a world model")
-    decode.add_argument("--model", default="default", help="a checkpoint, default, or random")
-    decode.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
-    decode.add_argument("--new-tokens", type=int, default=24)
-    decode.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", default="default", help="a checkpoint, default, or random")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--new-tokens", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2)
     return _decode
 
 

@@ -11,14 +11,19 @@ bfcl-eval is installed), `frozenlake` (the bundled maps, with an exact real back
 `textworld` (generated games played by the real game engine); each module's docstring
 lists its decisions. Importing this package imports neither torch, gymnasium, bfcl-eval
 nor textworld.
+
+Captured envs (a real MCP server or HTTP tool API kept as files, see captured.py) load by
+directory (`load_sim_env("envs/notes")`) or by name from the folders of SIMWORLD_ENV_PATH
+(their names are in SIM_ENVS); `sim_env_name(spec)` is the name an env is served under.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from simworld.simulators.env import SimEnv
-from simworld.simulators.envs import textworld
+from simworld.simulators.envs import captured, textworld
 from simworld.simulators.envs.bfcl import bfcl_env
 from simworld.simulators.envs.bfcl_real import BfclReal
 from simworld.simulators.envs.frozenlake import FrozenLakeReal, frozenlake_env
@@ -32,7 +37,8 @@ _BUILDERS: dict[str, Callable[[], SimEnv]] = {
 }
 if textworld.installed():
     _BUILDERS["textworld"] = textworld.textworld_env
-SIM_ENVS = tuple(_BUILDERS)
+SIM_ENVS = tuple(_BUILDERS) + captured.names_on_path()
+_CAPTURED: dict[str, Path] = {}  # captured envs given by directory, by name
 _TEXTWORLD_MISSING = (
     "the textworld simulated env needs the optional textworld package: "
     "pip install 'simworld[textworld]'"
@@ -40,12 +46,44 @@ _TEXTWORLD_MISSING = (
 
 
 def load_sim_env(name: str) -> SimEnv:
-    """The simulated env called `name` (one of SIM_ENVS), built once per process."""
-    if name not in _BUILDERS:
-        if name == "textworld":
-            raise ValueError(_TEXTWORLD_MISSING)
-        raise ValueError(f"unknown simulated env {name!r}; choose from {', '.join(SIM_ENVS)}")
-    return _BUILDERS[name]()
+    """The simulated env called `name` (one of SIM_ENVS, built once per process), or the
+    captured env in directory `name` or named `name` (read now)."""
+    if name in _BUILDERS:
+        return _BUILDERS[name]()
+    return captured.load_captured_env(_captured_dir(name))
 
 
-__all__ = ["SIM_ENVS", "BfclReal", "FrozenLakeReal", "MockReal", "TextWorldReal", "load_sim_env"]
+def sim_env_name(spec: str) -> str:
+    """The name env `spec` (a name, or a captured env's directory) is served under; a
+    directory is registered under its env's name, so that load_sim_env(name) finds it."""
+    if spec in _BUILDERS:
+        return spec
+    found = _captured_dir(spec)
+    name = captured.load_captured_env(found).name  # CapturedEnvError when it is unreadable
+    if name in _BUILDERS or _CAPTURED.get(name, found).resolve() != found.resolve():
+        raise ValueError(f"{spec}: another env is already called {name!r}; rename one")
+    _CAPTURED[name] = found
+    return name
+
+
+def _captured_dir(name: str) -> Path:
+    found = _CAPTURED.get(name) or captured.find_captured_env(name)
+    if found is not None:
+        return found
+    if name == "textworld":
+        raise ValueError(_TEXTWORLD_MISSING)
+    raise ValueError(
+        f"unknown simulated env {name!r}; choose from {', '.join(SIM_ENVS)}, or give a "
+        f"captured env's directory (or put it in a folder of {captured.PATH_VARIABLE})"
+    )
+
+
+__all__ = [
+    "SIM_ENVS",
+    "BfclReal",
+    "FrozenLakeReal",
+    "MockReal",
+    "TextWorldReal",
+    "load_sim_env",
+    "sim_env_name",
+]

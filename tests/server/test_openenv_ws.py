@@ -192,7 +192,7 @@ def test_list_tools_works_before_and_after_a_reset_and_takes_no_step(sockets: Op
     assert ws.send({"type": "state"})["data"]["step_count"] == 0
 
 
-def test_mcp_messages_answer_tools_list_only(sockets: Opener) -> None:
+def test_mcp_messages_answer_over_the_socket(sockets: Opener) -> None:
     ws = sockets("/envs/mock")
     rpc = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}
     listed = ws.send({"type": "mcp", "data": rpc})
@@ -200,7 +200,10 @@ def test_mcp_messages_answer_tools_list_only(sockets: Opener) -> None:
     tools = listed["data"]["result"]["tools"]
     assert [t["name"] for t in tools] == ["add", "get"] and "inputSchema" in tools[0]
     call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "get"}}
-    assert ws.send({"type": "mcp", "data": call})["data"]["error"]["code"] == -32601
+    got = ws.send({"type": "mcp", "data": call})["data"]["result"]  # stateless before a reset
+    assert got["isError"] is False and '"total": 0' in got["content"][0]["text"]
+    unknown = {"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"name": "nope"}}
+    assert ws.send({"type": "mcp", "data": unknown})["data"]["error"]["code"] == -32602
     assert ws.send({"type": "mcp", "data": {"id": 9}})["data"]["error"]["code"] == -32600
     text = sockets("/envs/frozenlake")
     assert text.send({"type": "mcp", "data": rpc})["data"]["error"]["code"] == -32601

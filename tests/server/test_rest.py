@@ -498,7 +498,7 @@ def test_unknown_routes_and_methods(http: httpx.Client) -> None:
     wrong = http.put("/v1/envs")
     assert wrong.status_code == 405 and "allowed: GET" in wrong.json()["error"]["message"]
     assert http.get("/health").json() == {"status": "healthy"}
-    assert http.get("/mcp").status_code == 404  # left free for the MCP endpoint
+    assert http.get("/mcp").status_code == 405  # MCP's optional server stream: not offered
 
 
 def test_an_unexpected_exception_is_a_500_with_an_id_in_the_log(
