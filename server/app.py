@@ -4,10 +4,11 @@
     app = create_app(hub=hub)                                        # tests: a ready hub
     uvicorn.run(app, host="127.0.0.1", port=8000)                    # or `simworld serve`
 
-Routes: `/v1/...` (rest.py); OpenEnv's `/reset /step /state /schema /metadata /health /ws`
-under `/envs/<env>/` for every env and at the root for the first (openenv.py); MCP's
-streamable HTTP `/mcp` beside them, per env and at the root (mcp.py); `GET /metrics`
-(Prometheus text, metrics.py); `GET /health` (OpenEnv's, `{"status": "healthy"}`; open
+Routes: `/v1/...` (rest.py; `/v1/chat/completions`, the world model itself, chat.py);
+OpenEnv's `/reset /step /state /schema /metadata /health /ws` under `/envs/<env>/` for every
+env and at the root for the first (openenv.py); MCP's streamable HTTP `/mcp` beside them,
+per env and at the root (mcp.py); `GET /metrics` (Prometheus text, metrics.py); `GET
+/health` (OpenEnv's, `{"status": "healthy"}`; open
 without a token); StableToolBench's `POST /virtual` (virtual.py).
 
 The lifespan raises anyio's worker-thread limit to `settings.worker_threads` (settings.py
@@ -51,6 +52,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from simworld.server.auth import ApiKeyAuth
+from simworld.server.chat import router as chat_router
 from simworld.server.deps import HubDep
 from simworld.server.hub import Hub, HubError
 from simworld.server.mcp import mcp_router
@@ -91,6 +93,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     app.add_middleware(InternalErrors, on_error=_counter(app))  # outermost
     app.include_router(rest_router)
     app.include_router(virtual_router)  # StableToolBench's POST /virtual
+    app.include_router(chat_router)  # the world model itself: POST /v1/chat/completions
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     for env in envs:
         app.include_router(openenv_router(env), prefix=f"/envs/{env}", tags=[f"OpenEnv {env}"])

@@ -72,10 +72,13 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from simworld.worldmodel.context import Context
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.world_model import Prediction, WorldModel
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,12 @@ class BatchingModel:
                 target=self._serve, name=f"BatchingModel-{id(self):x}", daemon=True
             )
             self._worker.start()
+
+    def exclusive(self, run: Callable[[WorldModel], T]) -> T:
+        """`run(model)` while no batch runs: for calls on the inner model other than
+        predict (the chat-completions route's raw text generation), which must not race it."""
+        with self._inner_lock:
+            return run(self.model)
 
     @property
     def batching(self) -> bool:

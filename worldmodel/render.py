@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -104,6 +105,26 @@ def render_messages(ctx: Context) -> list[dict[str, str]]:
         messages.append({"role": "assistant", "content": render_target(demo)})
     messages.append({"role": "user", "content": render_blocks(ctx).rstrip("\n")})
     return messages
+
+
+def prompt_from_messages(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The plain prompt of the context whose chat rendering is `messages` (what
+    `render_messages` writes: a system message, then one user message with the blocks), so
+    a causal LM trained on plain prompts can answer a chat request. ValueError names what
+    does not have that shape."""
+    if len(messages) != 2 or [m.get("role") for m in messages] != ["system", "user"]:
+        roles = [m.get("role") for m in messages]
+        raise ValueError(
+            f"messages: expected the world model's chat rendering (a system message, then "
+            f"one user message with the blocks), got roles {roles}"
+        )
+    blocks = messages[1].get("content")
+    if not isinstance(blocks, str) or not blocks.startswith("## "):
+        raise ValueError(
+            "messages[1].content: expected the serialization's blocks as text, each opening "
+            "with a '## ' heading"
+        )
+    return template("plain.txt").substitute(blocks=blocks + "\n\n")
 
 
 # ---------------------------------------------------------------------------- the target
@@ -291,6 +312,7 @@ __all__ = [
     "Parsed",
     "format_target",
     "parse_target",
+    "prompt_from_messages",
     "render_blocks",
     "render_messages",
     "render_prompt",
