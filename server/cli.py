@@ -41,8 +41,9 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add = parser.add_argument
     add("--model", default="default", help='"default", a checkpoint directory, or "none"')
     add("--env", dest="envs", action="append", metavar="NAME",
-        help=f"an env to serve, repeatable (from {', '.join(SIM_ENVS)}; default bfcl); "
-        "the first is also served at the root for OpenEnv clients")  # fmt: skip
+        help=f"an env to serve, repeatable (from {', '.join(SIM_ENVS)}, or a captured env's "
+        "directory; default bfcl); the first is also served at the root for OpenEnv "
+        "clients")  # fmt: skip
     add("--host", default="127.0.0.1", help="the address to listen on")
     add("--port", type=int, default=8000, help="the port (0: any free port)")
     add("--record", type=Path, metavar="FILE", help="append every served step to this dump")

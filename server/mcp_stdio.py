@@ -55,7 +55,9 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         raise ValueError(f"unknown command {command!r} for the MCP stdio server")
     parser.description = "Serve one simulated env as an MCP server over stdio."
     add = parser.add_argument
-    add("--env", default="bfcl", help=f"the env to serve (from {', '.join(SIM_ENVS)})")
+    add("--env", default="bfcl",
+        help=f"the env to serve (from {', '.join(SIM_ENVS)}, or a captured env's "
+        "directory)")  # fmt: skip
     add("--model", default="default", help='"default", a checkpoint directory, or "none"')
     add("--task", help="the task each session plays (default: the env's first)")
     add("--seed", type=int, help="the seed of each session (chooses the task without --task)")
@@ -99,13 +101,13 @@ def _main(args: argparse.Namespace) -> int:
         try:
             hub = build_hub(settings, stack)
             dispatcher = McpDispatcher(
-                hub, args.env, page_size=args.page_size, task_id=args.task, seed=args.seed
+                hub, settings.envs[0], page_size=args.page_size, task_id=args.task, seed=args.seed
             )
             dispatcher.sim.task_for(args.task, args.seed)  # an unknown --task fails here
         except (ValueError, KeyError) as exc:
             print(f"simworld mcp: {exc}", file=sys.stderr)
             return 2
-        log.info("simworld mcp: serving %s on stdio", args.env)
+        log.info("simworld mcp: serving %s on stdio", settings.envs[0])
         with suppress(KeyboardInterrupt):
             serve_stdio(dispatcher, sys.stdin.buffer, protocol)
     return 0
