@@ -5,6 +5,12 @@ pairs by the one serialization.
     train_eps = load_split("train", exclude_apis=["TravelAPI"])
     examples, report = to_examples(train_eps, Budget(total=384), max_target_tokens=96)
 
+With a retrieval memory (`memory`, a Retriever over the train steps) and `budget.example`,
+each prompt shows its nearest recorded step as the example block. Train steps pass
+`exclude_own=True`: their neighbour comes from other scenarios only (BFCL records each
+scenario several ways under one `Task.id`; a step shown its own scenario's answer learns
+to copy it, which it cannot do at test time). Val and test steps search the whole memory.
+
 Nothing is dropped silently: a step whose context cannot fit the budget, or whose target is
 longer than `max_target_tokens` (counted by `budget.count`, the tokenizer's own count when
 the caller has one), is left out and counted in the report, which the trainer prints and
@@ -23,8 +29,9 @@ from simworld.data.bundle import load_bundled
 from simworld.data.formats import read_episodes
 from simworld.data.records import Episode
 from simworld.training.batching import Example
-from simworld.worldmodel.context import Budget, build_context
+from simworld.worldmodel.context import Budget, build_context, with_example
 from simworld.worldmodel.render import render_prompt, render_target
+from simworld.worldmodel.retrieval import Retriever
 from simworld.worldmodel.views import BudgetError
 
 
@@ -64,10 +71,15 @@ def load_split(
 
 
 def to_examples(
-    episodes: Iterable[Episode], budget: Budget, max_target_tokens: int
+    episodes: Iterable[Episode],
+    budget: Budget,
+    max_target_tokens: int,
+    memory: Retriever | None = None,
+    exclude_own: bool = False,
 ) -> tuple[list[Example], ExampleReport]:
-    """Every step of every episode as an Example (prompt within `budget`), grouped by
-    scenario; over-long steps are counted in the report, not silently dropped."""
+    """Every step of every episode as an Example (prompt within `budget`, with its nearest
+    step in `memory` as the example; from other scenarios only with `exclude_own`), grouped
+    by scenario; over-long steps are counted in the report, not silently dropped."""
     examples: list[Example] = []
     report = ExampleReport()
     for episode in episodes:
@@ -77,6 +89,10 @@ def to_examples(
             except BudgetError:
                 report.over_budget += 1
                 continue
+            if memory is not None:
+                own = episode.task.id if exclude_own else None
+                found = memory.neighbour(episode.env, ctx.action_record, ctx.previous, own)
+                ctx = with_example(ctx, found, budget)
             target = render_target(ctx)
             if budget.count(target) > max_target_tokens:
                 report.long_target += 1

@@ -1,8 +1,9 @@
 """simworld.worldmodel: the learned transition function.
 
-Built: the one serialization (`context`, `render`, `views`, `patch`), the byte-level BPE
-tokenizer, the autoregressive model (from scratch, a local HF directory, or the GGUF
-SmolLM2-135M-Instruct), checkpoints, and the inference engines (transformers with its own
+Built: the one serialization (`context`, `render`, `views`, `patch`), retrieval of similar
+recorded steps (`retrieval`: the example block, and the memory a checkpoint carries), the
+byte-level BPE tokenizer, the autoregressive model (from scratch, a local HF directory, or
+the GGUF SmolLM2-135M-Instruct), checkpoints, and the inference engines (transformers with its own
 decode path, any OpenAI-compatible endpoint, vLLM untested). Not built yet: the masked-
 diffusion model (see the open issues). Importing this package does not import torch.
 

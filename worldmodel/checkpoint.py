@@ -6,6 +6,8 @@
       tokenizer.json, tokenizer_config.json, ...
       simworld.json          CheckpointMeta: kind, serialization version, training
                              arguments, val metrics reached, schema version
+      memory.jsonl.gz        the recorded steps its example blocks are retrieved from
+                             (only when trained with examples; see retrieval.py)
 
 Use:
 

@@ -11,22 +11,28 @@ Blocks (in prompt order): `state` (the env's state view), `task` (the instructio
 user messages so far that it does not already hold), `tools` (the called tools' full
 schemas and the other tools' names, as {"tools": [...], "other_tools": [...]}), `rules`
 (one "- rule" per line), `steering` (one "- directive" per line), `history` (the last
-steps as a compact JSON list of {"action", "observation"}), `action` (the calls as compact
-JSON {"id", "name", "arguments"}, a list when there are several; or the text action).
+steps as a compact JSON list of {"action", "observation"}), `example` (a similar recorded
+step: its action, then its outcome in the target format; see `with_example`), `action` (the
+calls as compact JSON {"id", "name", "arguments"}, a list when there are several; or the
+text action).
 
 Budget: the action and the steering directives are kept whole, as are the called tools'
 schemas; the rest of `Budget.total` goes to the other blocks by `Budget.shares` (a block
 that needs less than its share gives the rest to the others), each shrinking itself to
 fit. The rendered plain prompt never exceeds `total` tokens as `count` counts; when even
-the smallest blocks do not fit, BudgetError names the block.
+the smallest blocks do not fit, BudgetError names the block. The `example` block has its
+own budget, `Budget.example` tokens on top of `total` (0: no block): it is filled after the
+others (`with_example`, by the model at predict time or by the trainer), shrunk to fit, and
+left out when even its smallest rendering does not fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from simworld.data.canonical import observation_text
 from simworld.data.records import (
     JSON,
     Action,
@@ -36,10 +42,13 @@ from simworld.data.records import (
     TextAction,
     TextObservation,
     ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
     ToolSpec,
 )
 from simworld.worldmodel.patch import Patch, diff
-from simworld.worldmodel.render import render_prompt, section
+from simworld.worldmodel.render import format_target, render_prompt, section
+from simworld.worldmodel.retrieval import Recorded
 from simworld.worldmodel.views import (
     LEVELS,
     BudgetError,
@@ -79,10 +88,13 @@ class Budget:
     count: Count = approx_tokens
     shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     history_steps: int = 4
+    example: int = 0  # tokens for the similar-recorded-step block, on top of `total`
 
     def __post_init__(self) -> None:
         if self.total <= 0:
             raise ValueError(f"Budget.total must be positive, got {self.total}")
+        if self.example < 0:
+            raise ValueError(f"Budget.example must be >= 0 (0: no block), got {self.example}")
         unknown = set(self.shares) - set(FLEXIBLE)
         if unknown or any(v <= 0 for v in self.shares.values()):
             raise ValueError(
@@ -118,9 +130,10 @@ class Context:
     tracks_state: bool
     action_record: Action  # the action itself: the parser maps results to its call ids
     target: Target | None = None
-    # Solved examples (contexts with targets) that the chat rendering shows before this one:
-    # few-shot prompting of a chat model. The plain prompt, which trained models see, has none.
-    demonstrations: tuple[Context, ...] = ()
+    # A similar recorded step, solved (see `with_example`); "" until one is filled in.
+    example: str = ""
+    # The text of the observation the action follows: what retrieval matches on.
+    previous: str = ""
 
 
 def build_context(
@@ -177,6 +190,25 @@ def iter_contexts(
             yield ctx
 
 
+def with_example(ctx: Context, found: Recorded | None, budget: Budget) -> Context:
+    """`ctx` with `found` (a similar recorded step) as its example block, shrunk to fit
+    `budget.example` tokens, and the whole plain prompt `budget.total + budget.example`;
+    `ctx` itself when there is no step, no example budget, or even the smallest rendering
+    does not fit (the block is left out whole, never cut)."""
+    if found is None or budget.example <= 0:
+        return ctx
+    count, limit = budget.count, budget.total + budget.example
+    heading = count(section("example", "x")) - count("x")
+    for level in _EXAMPLE_LEVELS:
+        body = example_block(found, ctx.action_record, level)
+        if count(body) + heading > budget.example:
+            continue
+        shown = replace(ctx, example=body)
+        if count(render_prompt(shown)) <= limit:
+            return shown
+    return ctx
+
+
 def _messages(steps: Sequence[Step]) -> list[str]:
     return [m.content for s in steps for m in s.messages if m.role == "user"]
 
@@ -207,6 +239,7 @@ def _assemble(
     kind: Literal["tool_calls", "text"] = (
         "tool_calls" if isinstance(action, ToolCallsAction) else "text"
     )
+    before = earlier[-1].observation if earlier else episode.initial_observation
     ctx = Context(
         env=episode.env,
         state="",
@@ -219,6 +252,7 @@ def _assemble(
         action_record=action,
         action_kind=kind,
         tracks_state=state is not None,
+        previous=observation_text(before) if before is not None else "",
     )
     spare = budget.total
     for _ in range(4):  # counts need not add up across blocks: re-fit on what is left over
@@ -309,6 +343,32 @@ def observation_value(observation: Observation) -> JSON:
         return observation.text
     values = [r.text if r.structured is None else r.structured for r in observation.results]
     return values[0] if len(values) == 1 else values
+
+
+# The example block from whole to small: action arguments, result texts and the patch are
+# cut (with markers) a step at a time.
+_EXAMPLE_LEVELS = LEVELS[:9]
+
+
+def example_block(found: Recorded, action: Action, level: Level = LEVELS[0]) -> str:
+    """A recorded step as an example: its action (compact JSON without call ids, or its text
+    as a JSON string) on the first line, then its outcome in the target format, its results
+    under the ids of `action`'s calls (by position) so that a same outcome reads exactly as
+    the target would. `level` shrinks the action and the outcome's texts."""
+    observation = found.observation
+    if isinstance(observation, TextObservation):
+        shown: Observation = TextObservation(_elide(observation.text, level.chars))
+    else:
+        ids = [] if isinstance(action, TextAction) else [c.id for c in action.calls]
+        named = [ids[i] if i < len(ids) else r.call_id for i, r in enumerate(observation.results)]
+        results = [
+            ToolResult(name, _elide(r.text, level.chars), None, r.is_error)
+            for name, r in zip(named, observation.results, strict=True)
+        ]
+        shown = ToolResultsObservation(results)
+    patch = None if found.patch is None else shrink(found.patch, level)
+    head = compact(shrink(action_value(found.action, ids=False), level))
+    return head + "\n" + format_target(shown, patch)
 
 
 def _lines(items: Sequence[str]) -> str:
@@ -414,5 +474,7 @@ __all__ = [
     "approx_tokens",
     "build_context",
     "context_for_action",
+    "example_block",
     "iter_contexts",
+    "with_example",
 ]

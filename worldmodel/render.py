@@ -47,9 +47,12 @@ from simworld.worldmodel.views import compact
 if TYPE_CHECKING:
     from simworld.worldmodel.context import Context
 
-SERIALIZATION_VERSION = 1
+# Version 2 added the example block (a similar recorded step); without it a version-2 prompt
+# is byte for byte a version-1 prompt, so version-1 checkpoints load (with no example).
+SERIALIZATION_VERSION = 2
+READS_VERSIONS = ("1", "2")
 
-BLOCKS = ("state", "task", "tools", "rules", "steering", "history", "action")
+BLOCKS = ("state", "task", "tools", "rules", "steering", "history", "example", "action")
 HEADINGS = {
     "state": five.STATE,
     "task": five.TASK,
@@ -57,6 +60,7 @@ HEADINGS = {
     "rules": five.RULES,
     "steering": five.STEERING,
     "history": five.HISTORY[0],
+    "example": "SIMILAR RECORDED STEP",
     "action": five.ACTION[0],
 }
 PATCH_PREFIX = "patch "
@@ -96,35 +100,46 @@ def target_format(ctx: Context) -> str:
 
 def render_messages(ctx: Context) -> list[dict[str, str]]:
     """The same blocks as chat messages: a system message that asks for the target format
-    only, then each demonstration as a user message answered by its target, then a user
-    message with the blocks."""
+    and holds every block but the action and the example; the example, when there is one,
+    as a solved turn (its action as a user message, answered by its outcome: a chat model
+    imitates an answer it has seen far better than one quoted in a prompt); then the action
+    as the last user message, in the same form as the example's."""
     system = template("chat_system.txt").substitute(format=target_format(ctx)).rstrip("\n")
-    messages = [{"role": "system", "content": system}]
-    for demo in ctx.demonstrations:
-        messages.append({"role": "user", "content": render_blocks(demo).rstrip("\n")})
-        messages.append({"role": "assistant", "content": render_target(demo)})
-    messages.append({"role": "user", "content": render_blocks(ctx).rstrip("\n")})
+    blocks = render_blocks(ctx, tuple(b for b in BLOCKS if b not in ("example", "action")))
+    messages = [{"role": "system", "content": (system + "\n\n" + blocks).rstrip("\n")}]
+    if ctx.example:
+        action, _, outcome = ctx.example.partition("\n")  # the action is one compact line
+        messages.append({"role": "user", "content": section("action", action).rstrip("\n")})
+        messages.append({"role": "assistant", "content": outcome})
+    messages.append({"role": "user", "content": section("action", ctx.action).rstrip("\n")})
     return messages
 
 
 def prompt_from_messages(messages: Sequence[Mapping[str, Any]]) -> str:
     """The plain prompt of the context whose chat rendering is `messages` (what
-    `render_messages` writes: a system message, then one user message with the blocks), so
-    a causal LM trained on plain prompts can answer a chat request. ValueError names what
-    does not have that shape."""
-    if len(messages) != 2 or [m.get("role") for m in messages] != ["system", "user"]:
-        roles = [m.get("role") for m in messages]
+    `render_messages` writes), so a causal LM trained on plain prompts can answer a chat
+    request. ValueError says what does not have that shape."""
+    roles = [m.get("role") for m in messages]
+    if roles not in (["system", "user"], ["system", "user", "assistant", "user"]):
         raise ValueError(
-            f"messages: expected the world model's chat rendering (a system message, then "
-            f"one user message with the blocks), got roles {roles}"
+            "messages: expected the world model's chat rendering (system, then the action as "
+            f"user; or system, example action, example outcome, action), got roles {roles}"
         )
-    blocks = messages[1].get("content")
-    if not isinstance(blocks, str) or not blocks.startswith("## "):
-        raise ValueError(
-            "messages[1].content: expected the serialization's blocks as text, each opening "
-            "with a '## ' heading"
-        )
-    return template("plain.txt").substitute(blocks=blocks + "\n\n")
+    texts = [m.get("content") for m in messages]
+    if not all(isinstance(t, str) for t in texts):
+        raise ValueError("messages: every content must be a string")
+    system, *turns = (str(t) for t in texts)
+    action = f"## {HEADINGS['action']}"
+    if not all(t.startswith(action + "\n") for t in turns[0::2]):
+        raise ValueError(f"messages: each user message must open with {action!r}")
+    starts = [system.find(f"\n\n## {HEADINGS[b]}\n") for b in BLOCKS[:-2]]
+    found = [i for i in starts if i >= 0]
+    blocks = system[min(found) + 2 :] + "\n\n" if found else ""
+    if len(turns) == 3:
+        example = turns[0].removeprefix(action + "\n") + "\n" + turns[1]
+        blocks += section("example", example)
+    blocks += turns[-1] + "\n\n"
+    return template("plain.txt").substitute(blocks=blocks)
 
 
 # ---------------------------------------------------------------------------- the target
@@ -307,6 +322,7 @@ def _read_text(lines: list[str], problems: list[str]) -> TextObservation | None:
 __all__ = [
     "BLOCKS",
     "HEADINGS",
+    "READS_VERSIONS",
     "SERIALIZATION_VERSION",
     "TARGET_MARKER",
     "Parsed",

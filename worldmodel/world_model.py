@@ -8,6 +8,11 @@ call, `predict(batch) -> list[Prediction]`.
     (prediction,) = wm.predict([ctx])
     prediction.observation, prediction.patch, prediction.problems
 
+A model with a retrieval memory (`memory`, a Retriever over the recorded steps it was
+trained with; a checkpoint carries it as memory.jsonl.gz) fills each context's example
+block itself, with the most similar recorded step, within `budget.example`: every caller
+(the router, eval, the server) gets it by building contexts as before.
+
 A causal LM (the transformers or vLLM engine) gets the plain prompt and generates the
 target up to its end-of-observation token; a chat endpoint (the OpenAI-compatible engine)
 gets the chat rendering of the same blocks, and an answer the parser cannot read is
@@ -24,14 +29,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from simworld.data.records import JSON, Episode, Observation
-from simworld.worldmodel.context import Budget, Context, build_context
+from simworld.worldmodel.context import Budget, Context, build_context, with_example
 from simworld.worldmodel.engines.base import ChatEngine, Engine, GenerationConfig, load_engine
 from simworld.worldmodel.render import (
+    READS_VERSIONS,
     SERIALIZATION_VERSION,
     parse_target,
     render_messages,
     render_prompt,
 )
+from simworld.worldmodel.retrieval import MEMORY_FILE, Retriever, load_memory
 
 
 @dataclass
@@ -61,7 +68,8 @@ class WorldModel(Protocol):
 
 class TextWorldModel:
     """A world model over any text engine. `chat=True` sends chat messages (an
-    OpenAI-compatible endpoint); otherwise plain prompts to a causal LM."""
+    OpenAI-compatible endpoint); otherwise plain prompts to a causal LM. With `memory` and
+    a `budget.example`, each context without an example gets its nearest recorded step."""
 
     def __init__(
         self,
@@ -69,6 +77,7 @@ class TextWorldModel:
         budget: Budget | None = None,
         generation: GenerationConfig | None = None,
         chat: bool = False,
+        memory: Retriever | None = None,
     ) -> None:
         if chat and not isinstance(engine, ChatEngine):
             raise TypeError(f"chat=True needs a chat engine; {type(engine).__name__} is not one")
@@ -78,21 +87,32 @@ class TextWorldModel:
         self.budget = budget or Budget()
         self.generation = generation or GenerationConfig()
         self.chat = chat
+        self.memory = memory
 
     def context(self, episode: Episode, index: int) -> Context:
-        """The context of `episode.steps[index]`, within this model's budget."""
-        return build_context(episode, index, self.budget)
+        """The context of `episode.steps[index]`, within this model's budget (its example
+        block filled, when the model has a memory)."""
+        return self.with_example(build_context(episode, index, self.budget))
 
     def predict(
         self, batch: Sequence[Context], cfg: GenerationConfig | None = None
     ) -> list[Prediction]:
         cfg = cfg or self.generation
+        batch = [self.with_example(ctx) for ctx in batch]
         if self.chat:
             texts = [self._chat_one(ctx, cfg) for ctx in batch]
         else:
             assert isinstance(self.engine, Engine)
             texts = self.engine.generate([render_prompt(ctx) for ctx in batch], cfg)
         return [_parse(text, ctx) for text, ctx in zip(texts, batch, strict=True)]
+
+    def with_example(self, ctx: Context) -> Context:
+        """`ctx` with its nearest recorded step as the example block (when this model has a
+        memory and an example budget, and `ctx` has no example yet)."""
+        if self.memory is None or self.budget.example <= 0 or ctx.example:
+            return ctx
+        found = self.memory.neighbour(ctx.env, ctx.action_record, ctx.previous)
+        return with_example(ctx, found, self.budget)
 
     def _chat_one(self, ctx: Context, cfg: GenerationConfig) -> str:
         assert isinstance(self.engine, ChatEngine)
@@ -118,18 +138,21 @@ def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
     """The prompt budget a checkpoint was trained with, counted as it was counted then:
     in the checkpoint tokenizer's own tokens, or approximately (pretrained bases)."""
     total = int(training_args.get("budget_tokens", Budget().total))
+    example = int(training_args.get("example_tokens", 0))
     if training_args.get("budget_count") != "tokenizer":
-        return Budget(total=total)
+        return Budget(total=total, example=example)
     from simworld.worldmodel.tokenizer import token_counter
 
-    return Budget(total=total, count=token_counter(tokenizer))
+    return Budget(total=total, count=token_counter(tokenizer), example=example)
 
 
 def load_world_model(
     path: str | Path = "default", *, device: str | None = None, **engine_options: Any
 ) -> TextWorldModel:
     """A checkpoint directory ("default": the shipped one) as a world model on the
-    transformers engine, with the budget and decode bound it was trained with."""
+    transformers engine, with the budget and decode bound it was trained with, and its
+    retrieval memory when it has one (a checkpoint without memory.jsonl.gz predicts
+    without examples, as before)."""
     from simworld.worldmodel.checkpoint import load_checkpoint
 
     directory = default_checkpoint() if str(path) == "default" else Path(path)
@@ -139,18 +162,26 @@ def load_world_model(
             "`simworld train sft --preset default --out DIR` and pass that DIR"
         )
     model, tokenizer, meta = load_checkpoint(directory)
-    if str(meta.serialization_version) != str(SERIALIZATION_VERSION):
+    if str(meta.serialization_version) not in READS_VERSIONS:
         raise ValueError(
             f"{directory} was trained on serialization version {meta.serialization_version}; "
             f"this simworld renders version {SERIALIZATION_VERSION}: retrain it"
         )
     args = meta.training_args
     budget = trained_budget(args, tokenizer)
+    memory = None
+    if budget.example > 0:  # trained with examples: its memory is part of the checkpoint
+        if not (directory / MEMORY_FILE).is_file():
+            raise FileNotFoundError(
+                f"{directory} was trained with retrieved examples but has no {MEMORY_FILE}: "
+                "copy it from the training output"
+            )
+        memory = Retriever(load_memory(directory / MEMORY_FILE))
     generation = GenerationConfig(max_new_tokens=int(args.get("max_new_tokens", 256)))
     engine = load_engine(
         "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
     )
-    return TextWorldModel(engine, budget, generation)
+    return TextWorldModel(engine, budget, generation, memory=memory)
 
 
 __all__ = [

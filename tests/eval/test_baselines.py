@@ -29,9 +29,9 @@ from simworld.eval.predictors import ModelPredictor, Predictor, StepRef
 from simworld.worldmodel.ar import ARConfig, build_model
 from simworld.worldmodel.context import Budget, Context
 from simworld.worldmodel.engines.base import GenerationConfig, load_engine
-from simworld.worldmodel.render import format_target
+from simworld.worldmodel.render import format_target, render_messages
 from simworld.worldmodel.tokenizer import token_counter, train_tokenizer
-from simworld.worldmodel.world_model import Prediction
+from simworld.worldmodel.world_model import Prediction, TextWorldModel
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -246,13 +246,21 @@ def test_prompted_llm_on_a_tiny_random_llama() -> None:
     predictions = llm.predict_steps([(episode, 0), (episode, 1)])
     assert llm.name == "prompted-llm" and len(predictions) == 2
     assert all(isinstance(p, Prediction) for p in predictions)
-    # With demos, each prompt first shows the nearest train step, solved.
+    # With demos, each prompt shows the nearest train step, solved, as its example block.
     demos = NearestNeighbour.fit(nn_train())
     shown = PromptedLLM(engine, budget, GenerationConfig(max_new_tokens=8), demos=demos)
     query = tool_episode([tool_step([call("q0", "cat", file="todo.md")], ["?"])])
-    (demo,) = shown.context(query, 0).demonstrations
-    assert demo.target is not None
-    assert demo.target.observation.results[0].text == "buy milk"  # what the neighbour returned
+    assert shown.context(query, 0).example == ""  # the model fills it in when it predicts
+    assert isinstance(shown.model, TextWorldModel)
+    filled = shown.model.with_example(shown.context(query, 0))
+    # the neighbour's action, then what it returned, under the query's call id
+    assert filled.example.splitlines() == [
+        '{"name":"cat","arguments":{"file":"todo.md"}}',
+        "q0 ok buy milk",
+        "patch []",  # the neighbour has states (unchanged)
+    ]
+    (user,) = [m["content"] for m in render_messages(filled) if m["role"] == "user"]
+    assert user.index("## SIMILAR RECORDED STEP\n") < user.index("## ACTION\n")
     assert len(shown.predict_steps([(query, 0)])) == 1
 
 

@@ -81,3 +81,16 @@ def test_a_server_without_a_model_answers_503(
     body = {"messages": render_messages(contexts[0])}
     reply = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 503 and "chat completions need" in reply.json()["error"]["message"]
+
+
+def test_the_chat_rendering_turns_back_into_the_plain_prompt(tiny_model: WorldModel) -> None:
+    from simworld.worldmodel.context import Budget, build_context
+    from simworld.worldmodel.render import prompt_from_messages, render_prompt
+
+    assert isinstance(tiny_model, TextWorldModel)
+    episodes = load_bundled("test", env="frozenlake")[:2] + load_bundled("test", env="bfcl")[:2]
+    plain = [build_context(ep, i, Budget()) for ep in episodes for i in range(len(ep.steps))]
+    lake = [tiny_model.context(ep, i) for ep in episodes[:2] for i in range(len(ep.steps))]
+    assert any(ctx.example for ctx in lake)  # the tiny preset's example block
+    for ctx in plain + lake:
+        assert prompt_from_messages(render_messages(ctx)) == render_prompt(ctx)

@@ -1,5 +1,6 @@
-"""The SFT recipe end to end: bundled episodes → the one serialization → a tiny checkpoint
-that `load_world_model` serves, with nothing dropped silently."""
+"""The SFT recipe end to end: bundled episodes → the one serialization (each prompt with
+its nearest recorded step from another scenario) → a tiny checkpoint, with its retrieval
+memory, that `load_world_model` serves, with nothing dropped silently."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from simworld.data.bundle import load_bundled
-from simworld.data.records import Episode
+from simworld.data.records import (
+    Episode,
+    Step,
+    Task,
+    ToolCall,
+    ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
+)
 from simworld.training.data import load_split, to_examples
 from simworld.training.sft import SFTConfig, train_sft
 from simworld.training.sft_run import SFTRun, reproduce_val_metrics, run_sft
@@ -21,6 +30,7 @@ from simworld.worldmodel.context import Budget
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.hf import TransformersEngine
 from simworld.worldmodel.render import SERIALIZATION_VERSION, render_prompt, render_target
+from simworld.worldmodel.retrieval import MEMORY_FILE, Retriever, load_memory, recorded_steps
 from simworld.worldmodel.tokenizer import token_counter, train_tokenizer
 from simworld.worldmodel.world_model import TextWorldModel
 
@@ -31,8 +41,12 @@ def test_the_checkpoint_records_how_it_was_made(tiny_checkpoint: Path) -> None:
     _, _, meta = load_checkpoint(tiny_checkpoint)
     args = meta.training_args
     assert meta.serialization_version == str(SERIALIZATION_VERSION)
-    assert args["budget_tokens"] == 160
+    assert args["budget_tokens"] == 160 and args["example_tokens"] == 64
     assert args["envs"] == ["frozenlake"]
+    # the retrieval memory: every train step it retrieved from, none left out
+    lake = load_bundled("train", env="frozenlake")
+    memory = load_memory(tiny_checkpoint / MEMORY_FILE)
+    assert memory == [r for ep in lake for r in recorded_steps(ep)]
     report = args["examples"]["train"]
     # 8x8 boards are longer than the tiny preset's 48-token targets: left out, and counted
     assert report["long_target"] > 0
@@ -51,9 +65,11 @@ def test_recorded_val_metrics_are_reproduced(tiny_checkpoint: Path) -> None:
 
 def test_load_world_model_serves_the_checkpoint(tiny_checkpoint: Path) -> None:
     wm = load_world_model(tiny_checkpoint)
-    assert wm.budget.total == 160
+    assert wm.budget.total == 160 and wm.budget.example == 64
+    assert wm.memory is not None and len(wm.memory.entries) > 1000
     episode = load_bundled("val", env="frozenlake")[0]
     contexts = [wm.context(episode, i) for i in range(min(3, len(episode.steps)))]
+    assert all(wm.with_example(ctx).example for ctx in contexts)  # filled from the memory
     predictions = wm.predict(contexts)
     assert len(predictions) == len(contexts)
     for p in predictions:
@@ -105,6 +121,28 @@ def test_a_tiny_model_overfits_twenty_transitions(tmp_path: Path) -> None:
         if ctx.target is not None
     )
     assert right >= 0.9 * len(contexts)
+
+
+def _scenario(scenario: str, result: str, episode_id: str) -> Episode:
+    action = ToolCallsAction([ToolCall("c", "cat", {"file": "todo.md"}, '{"file":"todo.md"}')])
+    step = Step(action, ToolResultsObservation([ToolResult("c", result)]))
+    return Episode(episode_id, "mock", Task(scenario), [step])
+
+
+def test_a_train_step_is_never_shown_its_own_scenario() -> None:
+    """Two recordings of one scenario and another scenario: in training, a step's example
+    comes from the other scenario; a val step searches the whole memory."""
+    train = [_scenario("a", "buy milk", "a1"), _scenario("a", "buy milk", "a2"),
+             _scenario("b", "call mum", "b1")]  # fmt: skip
+    memory = Retriever([r for ep in train for r in recorded_steps(ep)])
+    budget = Budget(total=200, example=60)
+    shown, _ = to_examples(train, budget, 32, memory, exclude_own=True)
+    examples = [ex.prompt.split("## SIMILAR RECORDED STEP\n")[1].split("\n\n")[0] for ex in shown]
+    assert [e.splitlines()[1] for e in examples] == ["c ok call mum"] * 2 + ["c ok buy milk"]
+    val, _ = to_examples(train[:1], budget, 32, memory)
+    assert "c ok buy milk\n" in val[0].prompt  # its own answer: val steps exclude nothing
+    plain, _ = to_examples(train, Budget(total=200), 32, memory, exclude_own=True)
+    assert not any("SIMILAR RECORDED STEP" in ex.prompt for ex in plain)  # no example budget
 
 
 def test_exclude_api_drops_every_scenario_with_the_api() -> None:

@@ -78,6 +78,8 @@ def test_refusals_name_the_block(train: list[Episode]) -> None:
         Budget(0)
     with pytest.raises(ValueError, match=r"Budget\.shares takes positive weights"):
         Budget(shares={"action": 1.0})
+    with pytest.raises(ValueError, match=r"Budget\.example must be >= 0"):
+        Budget(example=-1)
 
 
 def test_steering_and_live_contexts(train: list[Episode]) -> None:

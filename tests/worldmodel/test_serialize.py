@@ -1,11 +1,11 @@
 """The one serialization: render_target then parse_target gives back every bundled step's
 observation and patch exactly; malformed model output is reported, never raised; the chat
-and plain renderings carry the same blocks."""
+and plain renderings carry the same blocks, the example block (a similar recorded step)
+among them, right before the action."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -19,7 +19,7 @@ from simworld.data.records import (
     ToolResult,
     ToolResultsObservation,
 )
-from simworld.worldmodel.context import Context
+from simworld.worldmodel.context import Budget, Context, with_example
 from simworld.worldmodel.patch import apply
 from simworld.worldmodel.render import (
     BLOCKS,
@@ -31,7 +31,9 @@ from simworld.worldmodel.render import (
     render_messages,
     render_prompt,
     render_target,
+    section,
 )
+from simworld.worldmodel.retrieval import Retriever, recorded_steps
 
 
 def test_round_trip_on_every_bundled_step(contexts: list[tuple[Episode, Step, Context]]) -> None:
@@ -57,7 +59,7 @@ def test_the_target_format() -> None:
     for odd in ("", '"quoted"', "patch me", " pad"):
         parsed = parse_target(format_target(TextObservation(odd), None), TextAction("x"))
         assert parsed.observation == TextObservation(odd) and parsed.ok
-    assert SERIALIZATION_VERSION == 1
+    assert SERIALIZATION_VERSION == 2
 
 
 CALLS = ToolCallsAction([ToolCall("c0", "ls", {}, "{}"), ToolCall("c1", "pwd", {}, "{}")])
@@ -108,14 +110,23 @@ def test_chat_and_plain_carry_the_same_blocks(
         assert "Answer only with the prediction" in system["content"]
 
 
-def test_demonstrations_come_before_the_query_in_the_chat_rendering(
-    contexts: list[tuple[Episode, Step, Context]],
+def test_the_example_block_comes_before_the_action_in_both_renderings(
+    train: list[Episode], contexts: list[tuple[Episode, Step, Context]]
 ) -> None:
-    (_, _, demo), (_, _, query) = contexts[0], contexts[1]
-    with_demo = replace(query, demonstrations=(demo,))
-    messages = render_messages(with_demo)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-    assert messages[1]["content"] == render_messages(demo)[1]["content"]
-    assert messages[2]["content"] == render_target(demo)
-    assert messages[3] == render_messages(query)[1]
-    assert render_prompt(with_demo) == render_prompt(query)  # trained models never see them
+    budget = Budget(example=200)
+    memory = Retriever([r for ep in train[::2] for r in recorded_steps(ep)])
+    shown = 0
+    for episode, _, ctx in contexts[1::97]:
+        found = memory.neighbour(ctx.env, ctx.action_record, ctx.previous, episode.task.id)
+        assert found is not None and found.scenario != episode.task.id
+        filled = with_example(ctx, found, budget)
+        if not filled.example:
+            continue
+        shown += 1
+        prompt, (_, user) = render_prompt(filled), render_messages(filled)
+        block = f"## SIMILAR RECORDED STEP\n{filled.example}\n\n## ACTION\n{filled.action}\n"
+        assert block in prompt and block in user["content"] + "\n"
+        # the block is an addition: without it the prompt is the one version 1 rendered
+        assert prompt.replace(section("example", filled.example), "") == render_prompt(ctx)
+        assert "SIMILAR RECORDED STEP" not in render_prompt(ctx)
+    assert shown >= 0.9 * len(contexts[1::97])
