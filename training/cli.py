@@ -3,9 +3,10 @@
     simworld train sft --preset tiny --env frozenlake --out out/tiny --minutes 1
     simworld train sft --preset default --out out/default              # the shipped default
     simworld train sft --preset default --exclude-api TravelAPI --out out/no-travel
+    simworld train grpo --init default --out out/grpo --minutes 30    # RL on sim-to-real rewards
 
-A thin parser over `simworld.training.sft_run.run_sft`. Errors are one line on stderr:
-exit 2 for a usage problem, 1 for bad data.
+Thin parsers over `simworld.training.sft_run.run_sft` and `.grpo_run.run_grpo`. Errors are
+one line on stderr: exit 2 for a usage problem, 1 for bad data.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
+from simworld.training.grpo import GRPO_PRESETS
 from simworld.training.sft_run import RECIPES, SFTRun, run_sft
 
 Handler = Callable[[argparse.Namespace], int]
@@ -57,7 +60,108 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     sft.add_argument("--limit", type=int, help="train on the first N examples only")
     sft.add_argument("--base", help="a pretrained base: a local HF directory or smollm2-gguf")
     sft.add_argument("--lora-r", type=int, default=0, help="LoRA rank on a pretrained base")
-    return _sft
+    sft.add_argument(
+        "--example-tokens",
+        type=int,
+        help="budget of the similar-recorded-step block (default: the preset's; 0: none)",
+    )
+    _configure_grpo(recipes)
+    return _recipe
+
+
+def _recipe(args: argparse.Namespace) -> int:
+    return _grpo(args) if args.recipe == "grpo" else _sft(args)
+
+
+def _configure_grpo(recipes: Any) -> None:
+    grpo = recipes.add_parser("grpo", help="RL of a world model on sim-to-real rewards (GRPO)")
+    grpo.add_argument("--init", default="default", help='the checkpoint to start from ("default")')
+    grpo.add_argument("--out", required=True, help="the checkpoint directory to write")
+    grpo.add_argument("--preset", choices=sorted(GRPO_PRESETS), default="default")
+    grpo.add_argument(
+        "--data",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="training dumps in any supported format (default: bundled train)",
+    )
+    grpo.add_argument(
+        "--val-data",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="validation dumps (default: the bundled val split)",
+    )
+    grpo.add_argument("--env", action="append", default=[], help="keep only this env")
+    grpo.add_argument(
+        "--exclude-api",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="drop every training scenario that involves this API",
+    )
+    grpo.add_argument("--minutes", type=float, help="time budget (default preset: 30)")
+    grpo.add_argument("--max-steps", type=int, help="stop after this many updates")
+    grpo.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    grpo.add_argument("--seed", type=int, default=0)
+    grpo.add_argument(
+        "--pool",
+        type=int,
+        default=4000,
+        help="draw contexts from a seeded sample of N train steps (0: all; default 4000)",
+    )
+    grpo.add_argument("--limit", type=int, help="train on the first N transitions only")
+    grpo.add_argument("--group-size", type=int, help="G: predictions sampled per context")
+    grpo.add_argument("--contexts-per-step", type=int, help="B: contexts per update")
+    grpo.add_argument("--lr", type=float)
+    grpo.add_argument("--kl", type=float, help="weight of the KL penalty to the start")
+    grpo.add_argument(
+        "--reward",
+        action="append",
+        default=[],
+        metavar="NAME=W",
+        help="a weighted reward term (repeat; replaces the defaults): cosine_tau, "
+        "cosine, json_canonical, field_f1, state_match, schema_valid",
+    )
+    grpo.add_argument("--tau", type=float, help="cosine threshold (default: chosen on val)")
+    grpo.add_argument(
+        "--no-embeddings", action="store_true", help="no sentence encoder: no cosine terms, no τ"
+    )
+
+
+def _grpo(args: argparse.Namespace) -> int:
+    from simworld.training.grpo_run import GRPORun, run_grpo
+
+    try:
+        run = GRPORun(
+            out=args.out,
+            init=args.init,
+            preset=args.preset,
+            data=tuple(args.data),
+            val_data=tuple(args.val_data),
+            envs=tuple(args.env),
+            exclude_apis=tuple(args.exclude_api),
+            minutes=args.minutes,
+            max_steps=args.max_steps,
+            resume=args.resume,
+            seed=args.seed,
+            pool=args.pool or None,
+            limit=args.limit,
+            group_size=args.group_size,
+            contexts_per_step=args.contexts_per_step,
+            lr=args.lr,
+            kl_beta=args.kl,
+            rewards=tuple(args.reward),
+            tau=args.tau,
+            embeddings=not args.no_embeddings,
+        )
+        metrics = run_grpo(run)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"simworld train grpo: {exc}", file=sys.stderr)
+        return 1
+    final = {k: v for k, v in metrics.items() if k not in ("curve", "log")}
+    print(json.dumps(final, indent=2, sort_keys=True, default=str))
+    return 0
 
 
 def _sft(args: argparse.Namespace) -> int:
@@ -75,6 +179,7 @@ def _sft(args: argparse.Namespace) -> int:
             limit=args.limit,
             base=args.base,
             lora_r=args.lora_r,
+            example_tokens=args.example_tokens,
         )
         metrics = run_sft(run)
     except (ValueError, FileNotFoundError) as exc:
