@@ -17,10 +17,14 @@ it (`DELETE`) when the actions run out or the episode ends, and goes on with the
 recorded episode. All sessions start together; after `warmup_seconds` a window of
 `seconds` opens. A row counts the steps completed inside the window whose `info.source` is
 the one the row measures; steps answered otherwise (a recorded call the schema check
-refuses: "validation") are reported as `other`, never counted. Steps/s is counted / window;
-p50 and p99 are the client-side latencies (request sent to response parsed) of the counted
-steps; the mean batch is the growth of `/metrics` `simworld_batch_size` (_sum / _count)
-across the window (none: batching off, no batched call is counted).
+refuses: "validation"; a step the model cannot serve, 503 "unavailable", whose task every
+session then skips: its tool schemas alone pass the model's context budget) are reported
+as `other`, never counted. Steps/s is counted / window; p50 and p99 are the client-side
+latencies (request sent to response parsed) of the counted steps; the mean batch is the
+growth of `/metrics` `simworld_batch_size` (_sum / _count) across the window (none:
+batching off, no batched call is counted); retries is `info.retries` per counted step, the
+router's sampled re-asks of a prediction with problems, which the batching model never
+merges (batching.py says why), so each is a model call of one context.
 
 Rows:
 1. throughput, the exact cache off (every step is the model's): one server with batching
@@ -40,6 +44,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -51,7 +56,7 @@ import uvicorn
 
 from simworld.data.records import Action, TextAction
 from simworld.server.hub import Limits
-from simworld.server.settings import Settings
+from simworld.server.settings import WORKER_THREADS, Settings
 from simworld.simulators.router import RouterConfig
 
 TARGET_RATIO = 5.0  # batched / unbatched steps/s at TARGET_SESSIONS (the issue's target)
@@ -99,7 +104,12 @@ class Row:
     p50_ms: float
     p99_ms: float
     mean_batch: float | None  # contexts per model call in the window; None: no batched call
-    other: int  # steps in the window answered by another source (not counted)
+    others: dict[str, int]  # steps in the window answered by other sources (not counted)
+    retries: float  # sampled re-asks of the model per counted step (never batched)
+
+    @property
+    def other(self) -> int:
+        return sum(self.others.values())
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,9 @@ def bench_serve(
 ) -> ServeBenchResult:
     """Run every row of `cfg` (see the module docstring); `progress` gets a line per row."""
     say = progress or (lambda line: None)
+    load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     scripts = load_scripts(cfg.env, cfg.split)
+    unservable: set[str] = set()  # tasks whose inputs do not fit the model's budget
     rows: list[Row] = []
     facts: dict[str, Any] = {}
     for batching in (True, False):
@@ -153,14 +165,19 @@ def bench_serve(
             facts = facts or _facts()
             for n in cfg.sessions:
                 mine = [_rotated(scripts, i) for i in range(n)]  # each its own start
-                rows.append(_measure(base, cfg, mine, batching=batching, source="model"))
-                say(format_row(rows[-1]))
+                row = _measure(base, cfg, mine, unservable, batching=batching, source="model")
+                rows.append(row)
+                say(format_row(row))
     if cfg.cache_sessions:
         with serving(_settings(cfg, batching=True, cache=True)) as base:
-            mine = [[scripts[i % len(scripts)]] for i in range(cfg.cache_sessions)]
-            _run_sessions(base, cfg.env, mine, rounds=1)  # fills the cache
-            rows.append(_measure(base, cfg, mine, batching=True, source="cache"))
+            served = [s for s in scripts if s.task_id not in unservable] or scripts
+            mine = [[served[i % len(served)]] for i in range(cfg.cache_sessions)]
+            _run_sessions(base, cfg.env, mine, unservable, rounds=1)  # fills the cache
+            rows.append(_measure(base, cfg, mine, unservable, batching=True, source="cache"))
             say(format_row(rows[-1]))
+    tasks = {s.task_id for s in scripts}
+    facts |= {"tasks": len(tasks), "unservable_tasks": sorted(unservable)}
+    facts |= {"load_before": load_before, "load_after": os.getloadavg()[0]}
     return ServeBenchResult(cfg, rows, facts)
 
 
@@ -221,6 +238,7 @@ def _facts() -> dict[str, Any]:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
+        "worker_threads": WORKER_THREADS,
     }
 
 
@@ -256,12 +274,16 @@ def serving(settings: Settings) -> Iterator[str]:
 
 # ---------------------------------------------------------------------------- sessions
 
-Timing = tuple[float, float, str]  # (perf_counter at the response, latency s, info.source)
+# (perf_counter at the response, latency s, info.source, info.retries)
+Timing = tuple[float, float, str, int]
+UNAVAILABLE = "unavailable"  # the source noted for a step the model cannot serve (503)
 
 
 class _Session(threading.Thread):
     """One client session: replays its scripts in turn, `rounds` times over (None: until
-    `stop` is set), noting every step's timing."""
+    `stop` is set), noting every step's timing. A step answered 503 "unavailable" (the
+    task's inputs do not fit the model's context budget) ends its episode and puts the
+    task in `unservable`, which every session then skips."""
 
     def __init__(
         self,
@@ -271,10 +293,12 @@ class _Session(threading.Thread):
         start: threading.Barrier,
         stop: threading.Event,
         rounds: int | None,
+        unservable: set[str],
     ) -> None:
         super().__init__(name="bench-session", daemon=True)
         self.base, self.env, self.scripts = base, env, scripts
         self.start_barrier, self.stop, self.rounds = start, stop, rounds
+        self.unservable = unservable
         self.timings: list[Timing] = []
         self.error: BaseException | None = None
 
@@ -285,8 +309,12 @@ class _Session(threading.Thread):
                 plays = len(self.scripts) * self.rounds if self.rounds is not None else math.inf
                 k = 0
                 while k < plays and not self.stop.is_set():
-                    self._play(client, self.scripts[k % len(self.scripts)])
+                    script = self.scripts[k % len(self.scripts)]
                     k += 1
+                    if script.task_id not in self.unservable:
+                        self._play(client, script)
+                    elif all(s.task_id in self.unservable for s in self.scripts):
+                        raise RuntimeError("the model can serve none of this session's tasks")
         # The main thread reports it: a benchmark with a failing session is no benchmark.
         except BaseException as exc:
             self.error = exc
@@ -302,14 +330,26 @@ class _Session(threading.Thread):
                     return
                 sent = time.perf_counter()
                 response = client.post(f"{episode}/step", json=body)
+                if _unavailable(response):
+                    self.timings.append((time.perf_counter(), 0.0, UNAVAILABLE, 0))
+                    self.unservable.add(script.task_id)
+                    return
                 _check(response, 200)
                 out = response.json()
                 done = time.perf_counter()
-                self.timings.append((done, done - sent, out["info"]["source"]))
+                info = out["info"]
+                self.timings.append((done, done - sent, info["source"], info.get("retries", 0)))
                 if out["terminated"] or out["truncated"]:
                     return
         finally:
             _check(client.delete(episode), 200)
+
+
+def _unavailable(response: httpx.Response) -> bool:
+    if response.status_code != 503:
+        return False
+    error: dict[str, Any] = response.json().get("error") or {}
+    return error.get("kind") == "unavailable"
 
 
 def _check(response: httpx.Response, status: int) -> None:
@@ -324,6 +364,7 @@ def _run_sessions(
     base: str,
     env: str,
     scripts: Sequence[list[Script]],
+    unservable: set[str],
     *,
     rounds: int | None = None,
     during: Callable[[], None] | None = None,
@@ -333,7 +374,7 @@ def _run_sessions(
     if (during is None) == (rounds is None):
         raise ValueError("give either rounds or during")
     start, stop = threading.Barrier(len(scripts) + 1), threading.Event()
-    sessions = [_Session(base, env, list(s), start, stop, rounds) for s in scripts]
+    sessions = [_Session(base, env, list(s), start, stop, rounds, unservable) for s in scripts]
     for session in sessions:
         session.start()
     try:
@@ -358,7 +399,13 @@ def _run_sessions(
 
 
 def _measure(
-    base: str, cfg: ServeBenchConfig, scripts: list[list[Script]], *, batching: bool, source: str
+    base: str,
+    cfg: ServeBenchConfig,
+    scripts: list[list[Script]],
+    unservable: set[str],
+    *,
+    batching: bool,
+    source: str,
 ) -> Row:
     """One row: len(scripts) sessions stepping through warm-up and the window."""
     window: list[float] = []
@@ -373,10 +420,11 @@ def _measure(
             window.append(time.perf_counter())
             batches.append(batch_totals(client.get("/metrics").text))
 
-    sessions = _run_sessions(base, cfg.env, scripts, during=during)
+    sessions = _run_sessions(base, cfg.env, scripts, unservable, during=during)
     lo, hi = window
     inside = [t for s in sessions for t in s.timings if lo <= t[0] <= hi]
-    latencies = sorted(t[1] for t in inside if t[2] == source)
+    counted = [t for t in inside if t[2] == source]
+    latencies = sorted(t[1] for t in counted)
     calls = batches[1][1] - batches[0][1]
     return Row(
         sessions=len(scripts),
@@ -388,7 +436,8 @@ def _measure(
         p50_ms=1000 * percentile(latencies, 0.50),
         p99_ms=1000 * percentile(latencies, 0.99),
         mean_batch=(batches[1][0] - batches[0][0]) / calls if calls else None,
-        other=len(inside) - len(latencies),
+        others=dict(Counter(t[2] for t in inside if t[2] != source)),
+        retries=sum(t[3] for t in counted) / len(counted) if counted else 0.0,
     )
 
 
@@ -413,7 +462,7 @@ def batch_totals(metrics_text: str) -> tuple[float, float]:
 
 HEADER = (
     f"{'sessions':>8}  {'batching':<8}  {'answered':<8}  {'steps':>6}  {'steps/s':>8}  "
-    f"{'p50 ms':>8}  {'p99 ms':>8}  {'mean batch':>10}  {'other':>5}"
+    f"{'p50 ms':>8}  {'p99 ms':>8}  {'mean batch':>10}  {'retries':>7}  {'other':>5}"
 )
 
 
@@ -422,20 +471,25 @@ def format_row(row: Row) -> str:
     return (
         f"{row.sessions:>8}  {'on' if row.batching else 'off':<8}  {row.source:<8}  "
         f"{row.steps:>6}  {row.steps_per_s:>8.2f}  {row.p50_ms:>8.0f}  {row.p99_ms:>8.0f}  "
-        f"{batch:>10}  {row.other:>5}"
+        f"{batch:>10}  {row.retries:>7.2f}  {row.other:>5}"
     )
 
 
 def format_result(result: ServeBenchResult) -> str:
     """The printed figures: the setting, the machine, the table and the 5x target."""
     cfg, facts = result.config, result.facts
+    skipped = list(facts.get("unservable_tasks", []))
     lines = [
         f"simworld bench serve: model {cfg.model} on {cfg.env} ({cfg.split} split episodes), "
         f"{cfg.seconds:g} s per row after {cfg.warmup_seconds:g} s warm-up; batching: "
         f"max_batch {cfg.max_batch}, max_wait_ms {cfg.max_wait_ms:g}",
         f"machine: {facts.get('cores')} cores ({facts.get('cores_usable')} usable), torch "
-        f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads; server "
-        "and clients in one process, over 127.0.0.1",
+        f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads; "
+        f"{facts.get('worker_threads')} request threads; server and clients in one process "
+        f"over 127.0.0.1; 1-minute load {facts.get('load_before', 0):.1f} before the run, "
+        f"{facts.get('load_after', 0):.1f} after",
+        f"workload: {facts.get('tasks')} tasks; skipped, past the model's context budget: "
+        f"{len(skipped)} {skipped}",
         HEADER,
         *(format_row(row) for row in result.rows),
     ]

@@ -73,7 +73,7 @@ def test_tiny_run_measures_every_row(tiny_result: ServeBenchResult) -> None:
         assert row.seconds >= 1.5
         assert row.steps_per_s == pytest.approx(row.steps / row.seconds)
         assert 0 < row.p50_ms <= row.p99_ms
-        assert row.other >= 0
+        assert row.source not in row.others and all(n > 0 for n in row.others.values())
     batched = [r for r in rows if r.batching and r.source == "model"]
     assert all(r.mean_batch is not None and 1 <= r.mean_batch <= r.sessions for r in batched)
     assert all(r.mean_batch is None for r in rows if not r.batching)
@@ -94,7 +94,7 @@ def test_tiny_run_prints_and_saves(tiny_result: ServeBenchResult) -> None:
 
 
 def _row(sessions: int, batching: bool, steps_per_s: float) -> Row:
-    return Row(sessions, batching, "model", 10, 1.0, steps_per_s, 1.0, 2.0, None, 0)
+    return Row(sessions, batching, "model", 10, 1.0, steps_per_s, 1.0, 2.0, None, {}, 0.0)
 
 
 def test_ratio_at_32_sessions_against_the_target() -> None:
