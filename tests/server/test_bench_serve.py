@@ -4,7 +4,7 @@ workload replays the bundled episodes as OpenAI tool calls; 64 concurrent steps 
 the world model (the worker-thread limit); the command parses, refuses bad flags and
 keeps `simworld bench decode` reachable.
 
-    python -m pytest -q tests/server/test_bench.py
+    python -m pytest -q tests/server/test_bench_serve.py
 """
 
 from __future__ import annotations
