@@ -32,28 +32,7 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     sft = recipes.add_parser("sft", help="supervised fine-tuning of the AR world model")
     sft.add_argument("--preset", choices=sorted(RECIPES), default="default")
     sft.add_argument("--out", required=True, help="the checkpoint directory to write")
-    sft.add_argument(
-        "--data",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="training dumps in any supported format (default: bundled train)",
-    )
-    sft.add_argument(
-        "--val-data",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="validation dumps (default: the bundled val split)",
-    )
-    sft.add_argument("--env", action="append", default=[], help="keep only this env")
-    sft.add_argument(
-        "--exclude-api",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="drop every training scenario that involves this API (e.g. TravelAPI)",
-    )
+    _add_data_arguments(sft)
     sft.add_argument("--minutes", type=float, help="stop (and save) after this many minutes")
     sft.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     sft.add_argument("--seed", type=int, default=0)
@@ -69,6 +48,33 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     return _recipe
 
 
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """What both recipes train and validate on: dumps (default: the bundled splits), env
+    and API filters."""
+    parser.add_argument(
+        "--data",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="training dumps in any supported format (default: bundled train)",
+    )
+    parser.add_argument(
+        "--val-data",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="validation dumps (default: the bundled val split)",
+    )
+    parser.add_argument("--env", action="append", default=[], help="keep only this env")
+    parser.add_argument(
+        "--exclude-api",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="drop every training scenario that involves this API (e.g. TravelAPI)",
+    )
+
+
 def _recipe(args: argparse.Namespace) -> int:
     return _grpo(args) if args.recipe == "grpo" else _sft(args)
 
@@ -78,28 +84,7 @@ def _configure_grpo(recipes: Any) -> None:
     grpo.add_argument("--init", default="default", help='the checkpoint to start from ("default")')
     grpo.add_argument("--out", required=True, help="the checkpoint directory to write")
     grpo.add_argument("--preset", choices=sorted(GRPO_PRESETS), default="default")
-    grpo.add_argument(
-        "--data",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="training dumps in any supported format (default: bundled train)",
-    )
-    grpo.add_argument(
-        "--val-data",
-        nargs="+",
-        default=[],
-        metavar="FILE",
-        help="validation dumps (default: the bundled val split)",
-    )
-    grpo.add_argument("--env", action="append", default=[], help="keep only this env")
-    grpo.add_argument(
-        "--exclude-api",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="drop every training scenario that involves this API",
-    )
+    _add_data_arguments(grpo)
     grpo.add_argument("--minutes", type=float, help="time budget (default preset: 30)")
     grpo.add_argument("--max-steps", type=int, help="stop after this many updates")
     grpo.add_argument("--resume", action="store_true", help="continue the run saved in --out")
