@@ -259,8 +259,9 @@ def test_prompted_llm_on_a_tiny_random_llama() -> None:
         "q0 ok buy milk",
         "patch []",  # the neighbour has states (unchanged)
     ]
-    (user,) = [m["content"] for m in render_messages(filled) if m["role"] == "user"]
-    assert user.index("## SIMILAR RECORDED STEP\n") < user.index("## ACTION\n")
+    # chat: the example as a solved turn (its action, answered by its outcome), then the action
+    roles = [m["role"] for m in render_messages(filled)]
+    assert roles == ["system", "user", "assistant", "user"]
     assert len(shown.predict_steps([(query, 0)])) == 1
 
 

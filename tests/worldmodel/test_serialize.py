@@ -22,12 +22,12 @@ from simworld.data.records import (
 from simworld.worldmodel.context import Budget, Context, with_example
 from simworld.worldmodel.patch import apply
 from simworld.worldmodel.render import (
-    BLOCKS,
     HEADINGS,
     SERIALIZATION_VERSION,
     TARGET_MARKER,
     format_target,
     parse_target,
+    prompt_from_messages,
     render_messages,
     render_prompt,
     render_target,
@@ -100,12 +100,15 @@ def test_chat_and_plain_carry_the_same_blocks(
 ) -> None:
     for _, _, ctx in contexts[:: max(1, len(contexts) // 200)]:
         prompt = render_prompt(ctx)
-        system, user = render_messages(ctx)
+        messages = render_messages(ctx)
+        system, user = messages[0], messages[-1]
         assert prompt.endswith(TARGET_MARKER) and system["role"] == "system"
-        assert prompt.removesuffix(TARGET_MARKER).rstrip("\n") == user["content"]
-        for block in BLOCKS:
+        assert prompt_from_messages(messages) == prompt  # the same blocks, both ways
+        chat = "\n\n".join(m["content"] for m in messages) + "\n"
+        for block in ("state", "task", "tools", "rules", "steering", "history", "action"):
             body = getattr(ctx, block)
-            assert (f"## {HEADINGS[block]}\n{body}\n" in user["content"] + "\n") == bool(body)
+            assert (f"## {HEADINGS[block]}\n{body}\n" in chat) == bool(body)
+        assert user["content"] == f"## ACTION\n{ctx.action}"
         assert ("patch" in system["content"]) == ctx.tracks_state
         assert "Answer only with the prediction" in system["content"]
 
@@ -123,9 +126,14 @@ def test_the_example_block_comes_before_the_action_in_both_renderings(
         if not filled.example:
             continue
         shown += 1
-        prompt, (_, user) = render_prompt(filled), render_messages(filled)
+        prompt, messages = render_prompt(filled), render_messages(filled)
         block = f"## SIMILAR RECORDED STEP\n{filled.example}\n\n## ACTION\n{filled.action}\n"
-        assert block in prompt and block in user["content"] + "\n"
+        assert block in prompt and prompt_from_messages(messages) == prompt
+        # chat: the example as a solved turn (its action, then its outcome), then the action
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+        action, _, outcome = filled.example.partition("\n")
+        assert messages[1]["content"] == f"## ACTION\n{action}"
+        assert messages[2]["content"] == outcome
         # the block is an addition: without it the prompt is the one version 1 rendered
         assert prompt.replace(section("example", filled.example), "") == render_prompt(ctx)
         assert "SIMILAR RECORDED STEP" not in render_prompt(ctx)
