@@ -10,7 +10,8 @@ engine, `simworld eval --model http://host:8000/v1#default`, any OpenAI client).
         "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
 
 Input: the messages exactly as the serialization's chat rendering writes them (a system
-message, then one user message holding the blocks); the route turns them back into the
+message holding the blocks, the example step as a solved user/assistant turn when there is
+one, then the action as the last user message); the route turns them back into the
 plain prompt the causal LM was trained on (`worldmodel.render.prompt_from_messages`), so a
 chat client and the model's own plain-prompt path get the same answer for the same
 context and seed. Anything else in the messages is a 422 that says what shape is expected.
