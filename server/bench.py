@@ -177,7 +177,7 @@ def bench_serve(
             say(format_row(rows[-1]))
     tasks = {s.task_id for s in scripts}
     facts |= {"tasks": len(tasks), "unservable_tasks": sorted(unservable)}
-    facts |= {"load_before": load_before, "load_after": os.getloadavg()[0]}
+    facts["load_before"] = load_before  # after it, the run's own threads dominate the load
     return ServeBenchResult(cfg, rows, facts)
 
 
@@ -486,8 +486,8 @@ def format_result(result: ServeBenchResult) -> str:
         f"machine: {facts.get('cores')} cores ({facts.get('cores_usable')} usable), torch "
         f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads; "
         f"{facts.get('worker_threads')} request threads; server and clients in one process "
-        f"over 127.0.0.1; 1-minute load {facts.get('load_before', 0):.1f} before the run, "
-        f"{facts.get('load_after', 0):.1f} after",
+        f"over 127.0.0.1; 1-minute load average before the run "
+        f"{facts.get('load_before', 0):.1f}",
         f"workload: {facts.get('tasks')} tasks; skipped, past the model's context budget: "
         f"{len(skipped)} {skipped}",
         HEADER,
