@@ -4,7 +4,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SIMWORLD := $(VENV)/bin/simworld
-TEST_EXTRAS := bfcl,gym,hf,textworld,pretrained,openai,eval,serve,adapters,dev
+TEST_EXTRAS := bfcl,gym,hf,textworld,pretrained,openai,eval,serve,adapters,datascience,dev
 
 .PHONY: serve test test-fast lint typecheck install install-test bundle clean
 
