@@ -8,7 +8,7 @@ SESSIONS.json: [[["add_note", {"title": "milk"}], ["list_notes", {}]], ...], one
 calls per session; each session is its own MCP session (streamable HTTP: initialize,
 tools/list, the calls in order, then the SDK's DELETE). The report: {"server": serverInfo
 name, "sessions": [{"session_id", "tools": [names], "results": [{"name", "is_error",
-"text", "structured"}]}]}. Runs with the mcp test venv's python (mcp_venv.py).
+"text", "structured"}]}]}. Runs with the mcp test venv's python (client_venvs.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ official `mcp` SDK's FastMCP (1.x), stateful within one process.
     python notes_mcp_server.py --http 9000 [--json]    # streamable HTTP at /mcp (SSE replies,
                                                        # or JSON ones with --json)
 
-Runs with the python of the mcp test venv (tests/server/mcp_venv.py), never simworld's.
+Runs with the python of the mcp test venv (tests/server/client_venvs.py), never simworld's.
 Tools: add_note(title, body?) -> {"id", "title"}; list_notes() -> {"count", "titles"};
 get_note(id) -> the note, with an outputSchema (an unknown id is a tool error);
 delete_note(id) -> {"deleted"}; login(user, password) -> a session token (for redaction).

@@ -4,7 +4,7 @@ on 127.0.0.1.
 
     python -m pytest -q -m slow tests/server/test_adapter_openenv.py
 
-openenv-core lives in its own venv (tests/server/adapter_venvs.py; the one
+openenv-core lives in its own venv (tests/server/client_venvs.py; the one
 test_openenv_contract.py makes), where tests/server/openenv_adapter_check.py runs. The hub
 runs without a world model: mock and frozenlake are answered by their exact real backends.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from adapter_venvs import framework_python, run_check
+from client_venvs import client_python, run_check
 
 from simworld.server.app import create_app
 from simworld.server.hub import Hub
@@ -32,7 +32,9 @@ CHECK = Path(__file__).with_name("openenv_adapter_check.py")
 def test_the_environment_subclass_proxies_to_the_server(
     serve: Callable[..., str], make_hub: Callable[..., Hub]
 ) -> None:
-    python = framework_python(f"openenv-core-{OPENENV_CORE}", [f"openenv-core=={OPENENV_CORE}"])
+    python = client_python(
+        f"openenv-core-{OPENENV_CORE}", [f"openenv-core=={OPENENV_CORE}"], with_simworld=True
+    )
     hub = make_hub(("mock", "frozenlake"), router=RouterConfig(max_real_cost=1.0))
     report = run_check(python, CHECK, serve(create_app(Settings(api_keys=()), hub=hub)))
 

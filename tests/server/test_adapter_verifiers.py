@@ -6,7 +6,7 @@ model in place of an LLM, scored by the env's rubric, against a real uvicorn ser
     python -m pytest -q -m slow tests/server/test_adapter_verifiers.py
 
 verifiers 0.1.14 pins datasets<4.7, so it lives in its own venv (tests/server/
-adapter_venvs.py), where tests/server/verifiers_adapter_check.py runs. The hub runs
+client_venvs.py), where tests/server/verifiers_adapter_check.py runs. The hub runs
 without a world model: mock and frozenlake are answered by their exact real backends.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from adapter_venvs import framework_python, run_check
+from client_venvs import client_python, run_check
 
 from simworld.server.app import create_app
 from simworld.server.hub import Hub
@@ -34,7 +34,9 @@ CHECK = Path(__file__).with_name("verifiers_adapter_check.py")
 def test_load_environment_runs_rollouts_through_verifiers(
     serve: Callable[..., str], make_hub: Callable[..., Hub]
 ) -> None:
-    python = framework_python(f"verifiers-{VERIFIERS}", [f"verifiers=={VERIFIERS}"])
+    python = client_python(
+        f"verifiers-{VERIFIERS}", [f"verifiers=={VERIFIERS}"], with_simworld=True
+    )
     hub = make_hub(("mock", "frozenlake"), router=RouterConfig(max_real_cost=1.0))
     report = run_check(python, CHECK, serve(create_app(Settings(api_keys=()), hub=hub)))
     assert report["version"] == VERIFIERS

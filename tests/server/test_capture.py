@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from client_venvs import mcp_python
 from fake_mcp import TOOLS, FakeMcp
-from mcp_venv import mcp_python
 
 from simworld.server.mcp_client import (
     McpClient,

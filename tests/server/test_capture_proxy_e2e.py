@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp_venv import mcp_python
+from client_venvs import mcp_python
 
 from simworld.data.formats import read_episodes
 from simworld.data.records import Step, ToolCallsAction, ToolResultsObservation

@@ -7,11 +7,9 @@ for stdio), and openenv-core's MCPToolClient on the same `/mcp`.
 
 The clients' pins clash (fastmcp 4 needs mcp 2.x, NeMo Gym pins mcp<2, openenv-core pulls
 fastmcp and gradio), so each lives in its own virtualenv, made once under
-~/.cache/simworld-test-venvs/<name> ($XDG_CACHE_HOME is honoured) and then reused; each
-client check script (tests/server/*_check.py) runs with its venv's python. Made on the
-2-core machine beside a training run: mcp 1.30.0 in 11 s, mcp 2.3.0 + fastmcp 4.2.3 in
-19-32 s (openenv-core, shared with test_openenv_contract.py: 86 s). The tests skip, saying
-why, only when pip cannot reach the package index.
+~/.cache/simworld-test-venvs/<name> and then reused (tests/server/client_venvs.py); each
+client check script (tests/server/*_check.py) runs with its venv's python. The tests skip,
+saying why, only when pip cannot reach the package index.
 
 Every client lists the tools (one per page, so it follows nextCursor), calls `add` on the
 `mock` env (its exact real backend answers: a known structured result), makes a call that
@@ -23,20 +21,15 @@ the client's own outputSchema check accepts (a valid one, or isError).
 from __future__ import annotations
 
 import copy
-import fcntl
 import json
-import os
-import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from client_venvs import MCP_VERSION, client_python, run_check
 
 from simworld.server.app import create_app
 from simworld.server.hub import Hub
@@ -46,18 +39,10 @@ from simworld.server.settings import Settings
 from simworld.simulators.router import RouterConfig
 from simworld.worldmodel.world_model import WorldModel
 
-MCP1, MCP2, FASTMCP = "1.30.0", "2.3.0", "4.2.3"
+MCP1, MCP2, FASTMCP = MCP_VERSION, "2.3.0", "4.2.3"
 HERE = Path(__file__).parent
 STDIO = [sys.executable, "-m", "simworld", "mcp", "--env", "mock", "--model", "none"]
 STDIO += ["--real-tool", "add", "--page-size", "1"]
-UNREACHABLE = (
-    "NewConnectionError",
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "ConnectTimeout",
-    "Could not find a version that satisfies",
-)
 REFUSED = (
     '{"error": "Invalid arguments for tool \'add\': arguments.n: 0 is less than the minimum of 1"}'
 )
@@ -66,49 +51,20 @@ UNKNOWN = {"code": -32602, "message": "Unknown tool: nope"}
 Serve = Callable[..., str]
 
 
-def client_venv(name: str, *requirements: str) -> Path:
-    """The python of the venv `name` holding `requirements` (made on first use; a lock
-    file, the one tests/server/mcp_venv.py takes too, keeps two makers apart)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    venv = cache / "simworld-test-venvs" / name
-    python, ready = venv / "bin" / "python", venv / ".simworld-ready"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            _make_venv(venv, requirements)
-    return python
-
-
-def _make_venv(venv: Path, requirements: tuple[str, ...]) -> None:
-    shutil.rmtree(venv, ignore_errors=True)  # a half-made venv from an interrupted run
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *requirements]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=1200)
-    if done.returncode != 0:
-        shutil.rmtree(venv, ignore_errors=True)
-        output = done.stdout + done.stderr
-        if any(sign in output for sign in UNREACHABLE):
-            pytest.skip(f"pip cannot reach the package index for {venv.name}: {output[-400:]}")
-        pytest.fail(f"pip install {' '.join(requirements)} failed:\n{output[-2000:]}")
-    (venv / ".simworld-ready").write_text(f"made in {time.monotonic() - started:.0f} s\n")
-
-
 @pytest.fixture(scope="module")
 def mcp1_python() -> Path:
-    return client_venv(f"mcp-{MCP1}", f"mcp=={MCP1}")
+    return client_python(f"mcp-{MCP1}", [f"mcp=={MCP1}"])
 
 
 @pytest.fixture(scope="module")
 def mcp2_python() -> Path:
-    return client_venv(f"mcp-{MCP2}-fastmcp-{FASTMCP}", f"mcp=={MCP2}", f"fastmcp=={FASTMCP}")
+    return client_python(f"mcp-{MCP2}-fastmcp-{FASTMCP}", [f"mcp=={MCP2}", f"fastmcp=={FASTMCP}"])
 
 
 @pytest.fixture(scope="module")
 def openenv_python() -> Path:
     version = OPENENV_CORE_VERSION  # the venv test_openenv_contract.py makes and uses
-    return client_venv(f"openenv-core-{version}", f"openenv-core=={version}")
+    return client_python(f"openenv-core-{version}", [f"openenv-core=={version}"])
 
 
 @pytest.fixture()
@@ -118,15 +74,6 @@ def base(serve: Serve, make_hub: Callable[..., Hub]) -> str:
     app = create_app(Settings(api_keys=()), hub=make_hub(("mock", "frozenlake")))
     app.include_router(mcp_router("mock", page_size=1), prefix="/paged")
     return serve(app)
-
-
-def run_check(python: Path, script: str, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(python), str(HERE / script), *args], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"{script} failed:\n{done.stderr[-4000:]}"
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
 
 
 @pytest.mark.slow
@@ -144,7 +91,7 @@ def test_mcp_1x_client_over_http_and_stdio(
     hub = make_hub(("mock",), model, router=RouterConfig(use_cache=False))
     model_base = serve(create_app(Settings(api_keys=()), hub=hub))
     config = {"http": f"{base}/paged/mcp", "model_http": f"{model_base}/mcp", "stdio": STDIO}
-    report = run_check(mcp1_python, "mcp1_client_check.py", json.dumps(config))
+    report = run_check(mcp1_python, HERE / "mcp1_client_check.py", json.dumps(config))
     for transport in ("http", "stdio"):
         seen = report[transport]
         assert seen["version"] == "2025-11-25" and seen["server"] == "simworld-mock"
@@ -160,7 +107,7 @@ def test_mcp_1x_client_over_http_and_stdio(
 @pytest.mark.slow
 def test_mcp_2x_and_fastmcp_clients_over_http_and_stdio(mcp2_python: Path, base: str) -> None:
     config = {"http": f"{base}/paged/mcp", "stdio": STDIO}
-    report = run_check(mcp2_python, "mcp2_client_check.py", json.dumps(config))
+    report = run_check(mcp2_python, HERE / "mcp2_client_check.py", json.dumps(config))
     for client in ("mcp_http", "mcp_stdio"):
         seen = report[client]  # the discover probe fell back to initialize
         assert seen["version"] == "2025-11-25" and seen["tools"] == ["add", "get"]
@@ -176,7 +123,7 @@ def test_mcp_2x_and_fastmcp_clients_over_http_and_stdio(mcp2_python: Path, base:
 
 @pytest.mark.slow
 def test_openenv_core_mcp_client_on_the_same_mcp(openenv_python: Path, base: str) -> None:
-    report = run_check(openenv_python, "openenv_mcp_check.py", f"{base}/envs/mock")
+    report = run_check(openenv_python, HERE / "openenv_mcp_check.py", f"{base}/envs/mock")
     assert report["tools"] == ["add", "get"] and report["schema"]["required"] == ["n"]
     assert report["first"]["structuredContent"] == {"total": 3}
     assert report["second"]["structuredContent"] == {"total": 5}

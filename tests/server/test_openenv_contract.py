@@ -4,21 +4,15 @@ giving the same episode over the native REST API, OpenEnv HTTP and OpenEnv `/ws`
     python -m pytest -q -m slow tests/server/test_openenv_contract.py
 
 openenv-core pulls in gradio, fastmcp and more, so it lives in its own virtualenv, made
-once under ~/.cache/simworld-test-venvs/openenv-core-<version> ($XDG_CACHE_HOME is
-honoured) and then reused: 40 s to make on an idle 2-core machine, 90 s beside a
-training run. The client script tests/server/openenv_client_check.py runs with that
-venv's python. The tests skip, saying why, only when pip cannot reach the package index.
+once and then reused (tests/server/client_venvs.py). The client script
+tests/server/openenv_client_check.py runs with that venv's python. The tests skip, saying
+why, only when pip cannot reach the package index.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from client_venvs import client_python, run_check
 from websockets.sync.client import connect
 
 from simworld.server.app import create_app
@@ -39,14 +34,6 @@ from simworld.worldmodel.world_model import WorldModel
 OPENENV_CORE = OPENENV_CORE_VERSION  # the version the wire shapes were read from
 CHECK = Path(__file__).with_name("openenv_client_check.py")
 KEY = "contract-key-0123456789"
-UNREACHABLE = (
-    "NewConnectionError",
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Network is unreachable",
-    "ConnectTimeout",
-    "Could not find a version that satisfies",
-)
 
 
 Serve = Callable[..., str]
@@ -57,25 +44,7 @@ Serve = Callable[..., str]
 
 @pytest.fixture(scope="module")
 def openenv_python() -> Path:
-    """The python of a venv with openenv-core (made on first use, then reused)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    venv = cache / "simworld-test-venvs" / f"openenv-core-{OPENENV_CORE}"
-    python, ready = venv / "bin" / "python", venv / ".simworld-ready"
-    if ready.exists():
-        return python
-    shutil.rmtree(venv, ignore_errors=True)  # a half-made venv from an interrupted run
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q", f"openenv-core=={OPENENV_CORE}"]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=1200)
-    if done.returncode != 0:
-        shutil.rmtree(venv, ignore_errors=True)
-        output = done.stdout + done.stderr
-        if any(sign in output for sign in UNREACHABLE):
-            pytest.skip(f"pip cannot reach the package index for openenv-core: {output[-400:]}")
-        pytest.fail(f"pip install openenv-core=={OPENENV_CORE} failed:\n{output[-2000:]}")
-    ready.write_text(f"made in {time.monotonic() - started:.0f} s\n")
-    return python
+    return client_python(f"openenv-core-{OPENENV_CORE}", [f"openenv-core=={OPENENV_CORE}"])
 
 
 @pytest.fixture()
@@ -84,22 +53,13 @@ def exact_hub(make_hub: Callable[..., Hub]) -> Hub:
     return make_hub(("mock", "frozenlake"), router=RouterConfig(max_real_cost=1.0))
 
 
-def run_check(python: Path, *urls: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(python), str(CHECK), *urls], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, f"the openenv-core client check failed:\n{done.stderr[-4000:]}"
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
-
-
 @pytest.mark.slow
 def test_openenv_core_clients_drive_a_tool_env_and_a_text_env(
     openenv_python: Path, serve: Serve, exact_hub: Hub
 ) -> None:
     base = serve(create_app(Settings(api_keys=()), hub=exact_hub))
     # The tool env at the root (the first env), the text env under /envs/.
-    report = run_check(openenv_python, base, f"{base}/envs/frozenlake")
+    report = run_check(openenv_python, CHECK, base, f"{base}/envs/frozenlake")
     tool = report["tool_ws"]
     assert tool["add"]["observation"]["result"]["data"] == {"total": 4}
     assert (tool["add"]["reward"], tool["add"]["done"]) == (0.0, False)
@@ -124,6 +84,7 @@ def test_openenv_core_client_through_the_secret_url_prefix(
     base = serve(create_app(Settings(api_keys=(KEY,)), hub=exact_hub))
     report = run_check(
         openenv_python,
+        CHECK,
         f"{base}/k/{KEY}/envs/mock",
         f"{base}/k/{KEY}/envs/frozenlake",
         f"{base}/envs/mock",  # no key: the handshake is refused
