@@ -4,8 +4,10 @@
     simworld train sft --preset default --out out/default              # the shipped default
     simworld train sft --preset default --exclude-api TravelAPI --out out/no-travel
     simworld train grpo --init default --out out/grpo --minutes 30    # RL on sim-to-real rewards
+    simworld train mdlm --preset default --out out/mdlm --tokens 1000000  # masked diffusion
 
-Thin parsers over `simworld.training.sft_run.run_sft` and `.grpo_run.run_grpo`. Errors are
+Thin parsers over `simworld.training.sft_run.run_sft`, `.grpo_run.run_grpo` and
+`.mdlm_run.run_mdlm`. Errors are
 one line on stderr: exit 2 for a usage problem, 1 for bad data.
 """
 
@@ -34,17 +36,26 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     sft.add_argument("--out", required=True, help="the checkpoint directory to write")
     _add_data_arguments(sft)
     sft.add_argument("--minutes", type=float, help="stop (and save) after this many minutes")
+    sft.add_argument("--tokens", type=int, help="end the schedule after N real training tokens")
+    sft.add_argument("--threads", type=int, help="torch CPU threads (default: the preset's)")
     sft.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     sft.add_argument("--seed", type=int, default=0)
     sft.add_argument("--limit", type=int, help="train on the first N examples only")
     sft.add_argument("--base", help="a pretrained base: a local HF directory or smollm2-gguf")
     sft.add_argument("--lora-r", type=int, default=0, help="LoRA rank on a pretrained base")
     sft.add_argument(
+        "--init",
+        help='continue this checkpoint ("default": the shipped one) with its own recipe, at '
+        "a constant learning rate",
+    )
+    sft.add_argument("--lr", type=float, help="with --init: the constant rate (default: its last)")
+    sft.add_argument(
         "--example-tokens",
         type=int,
         help="budget of the similar-recorded-step block (default: the preset's; 0: none)",
     )
     _configure_grpo(recipes)
+    _configure_mdlm(recipes)
     return _recipe
 
 
@@ -75,8 +86,67 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _data_fields(args: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    """The run fields `_add_data_arguments` filled, as every recipe's run takes them."""
+    return {
+        "data": tuple(args.data),
+        "val_data": tuple(args.val_data),
+        "envs": tuple(args.env),
+        "exclude_apis": tuple(args.exclude_api),
+    }
+
+
 def _recipe(args: argparse.Namespace) -> int:
-    return _grpo(args) if args.recipe == "grpo" else _sft(args)
+    handlers = {"grpo": _grpo, "mdlm": _mdlm, "sft": _sft}
+    return handlers[args.recipe](args)
+
+
+def _configure_mdlm(recipes: Any) -> None:
+    mdlm = recipes.add_parser("mdlm", help="masked-diffusion (MDLM) world model")
+    mdlm.add_argument("--preset", choices=sorted(RECIPES), default="default")
+    mdlm.add_argument("--out", required=True, help="the checkpoint directory to write")
+    _add_data_arguments(mdlm)
+    mdlm.add_argument("--minutes", type=float, help="stop (and save) after this many minutes")
+    mdlm.add_argument("--tokens", type=int, help="end the schedule after N real training tokens")
+    mdlm.add_argument("--threads", type=int, help="torch CPU threads (default: the preset's)")
+    mdlm.add_argument("--seed", type=int, default=0)
+    mdlm.add_argument("--limit", type=int, help="train on the first N examples only")
+    mdlm.add_argument("--steps", type=int, help="K: denoising steps for val exact match")
+    mdlm.add_argument(
+        "--loss",
+        choices=("elbo", "masked-mean"),
+        default="elbo",
+        help="elbo: 1/t-weighted (default); masked-mean: mean CE over masked positions",
+    )
+    mdlm.add_argument(
+        "--tokenizer", help='reuse the tokenizer of this checkpoint ("default": the shipped one)'
+    )
+
+
+def _mdlm(args: argparse.Namespace) -> int:
+    from simworld.training.mdlm_run import MDLMRun, run_mdlm
+
+    try:
+        run = MDLMRun(
+            out=args.out,
+            preset=args.preset,
+            **_data_fields(args),
+            minutes=args.minutes,
+            tokens=args.tokens,
+            threads=args.threads,
+            seed=args.seed,
+            limit=args.limit,
+            steps=args.steps,
+            elbo=args.loss == "elbo",
+            tokenizer=args.tokenizer,
+        )
+        metrics = run_mdlm(run)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"simworld train mdlm: {exc}", file=sys.stderr)
+        return 1
+    final = {k: v for k, v in metrics.items() if k not in ("curve", "train_losses")}
+    print(json.dumps(final, indent=2, sort_keys=True, default=str))
+    return 0
 
 
 def _configure_grpo(recipes: Any) -> None:
@@ -122,10 +192,7 @@ def _grpo(args: argparse.Namespace) -> int:
             out=args.out,
             init=args.init,
             preset=args.preset,
-            data=tuple(args.data),
-            val_data=tuple(args.val_data),
-            envs=tuple(args.env),
-            exclude_apis=tuple(args.exclude_api),
+            **_data_fields(args),
             minutes=args.minutes,
             max_steps=args.max_steps,
             resume=args.resume,
@@ -154,17 +221,18 @@ def _sft(args: argparse.Namespace) -> int:
         run = SFTRun(
             out=args.out,
             preset=args.preset,
-            data=tuple(args.data),
-            val_data=tuple(args.val_data),
-            envs=tuple(args.env),
-            exclude_apis=tuple(args.exclude_api),
+            **_data_fields(args),
             minutes=args.minutes,
+            tokens=args.tokens,
+            threads=args.threads,
             resume=args.resume,
             seed=args.seed,
             limit=args.limit,
             base=args.base,
             lora_r=args.lora_r,
             example_tokens=args.example_tokens,
+            init=args.init,
+            lr=args.lr,
         )
         metrics = run_sft(run)
     except (ValueError, FileNotFoundError) as exc:

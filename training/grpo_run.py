@@ -161,7 +161,10 @@ def load_start(init: str | Path) -> Loaded:
     directory = default_checkpoint() if str(init) == "default" else Path(init)
     wm = load_world_model(directory)
     if not isinstance(wm.engine, TransformersEngine):
-        raise TypeError(f"{directory}: GRPO trains a transformers model")
+        raise ValueError(
+            f"{directory} is not an autoregressive transformers checkpoint (an MDLM?): "
+            "GRPO trains an AR world model"
+        )
     meta = CheckpointMeta.from_dict(json.loads((directory / META_FILE).read_text()), directory)
     start = Start(wm.engine.model, wm.engine.tokenizer, meta, directory)
     return Loaded(start, wm.budget, wm.memory)

@@ -67,6 +67,7 @@ class SFTConfig:
     packing: bool = True  # False: length bucketing, one example per row
     epochs: int = 3
     max_steps: int | None = None  # cut the schedule to this many steps
+    max_tokens: int | None = None  # cut the schedule where this many real tokens are seen
     lr: float = 1e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup_steps: int = 50
@@ -199,7 +200,22 @@ def _plan(cfg: SFTConfig, data: list[Encoded]) -> Plan:
             plan += pack_plan(lengths, cfg.max_len, cfg.batch_tokens, rng)
         else:
             plan += bucket_plan(lengths, cfg.batch_tokens, rng)
-    return plan[: cfg.max_steps] if cfg.max_steps else plan
+    plan = plan[: cfg.max_steps] if cfg.max_steps else plan
+    return cut_at_tokens(plan, [len(e.ids) for e in data], cfg.max_tokens)
+
+
+def cut_at_tokens(plan: Plan, sizes: list[int], max_tokens: int | None) -> Plan:
+    """`plan` up to and including the batch that brings the real tokens seen (`sizes[i]`
+    per example) to `max_tokens`: a token budget ends the schedule, so the learning rate
+    decays fully within it (None: the whole plan)."""
+    if max_tokens is None:
+        return plan
+    seen = 0
+    for step, rows in enumerate(plan):
+        seen += sum(sizes[i] for row in rows for i in row)
+        if seen >= max_tokens:
+            return plan[: step + 1]
+    return plan
 
 
 def _save_state(
@@ -263,6 +279,7 @@ def _finish(
         "step": run["step"],
         "total_steps": run["total_steps"],
         "train_minutes": round(run["seconds"] / 60, 3),
+        "tokens_seen": run.get("tokens_seen"),  # real (non-padding) tokens trained on
         "curve": run["curve"],  # accuracy against training minutes
         "train_losses": run["losses"],
     }
@@ -327,6 +344,7 @@ def train_sft(
         run["step"] += 1
         run["losses"].append(round(loss.item(), 6))
         seen += real_tokens(rows, data)
+        run["tokens_seen"] = run.get("tokens_seen", 0) + real_tokens(rows, data)
         elapsed = time.monotonic() - started
         run["seconds"] = base_seconds + elapsed
         bar.update(1)

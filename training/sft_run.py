@@ -21,14 +21,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from simworld.training.batching import Example
-from simworld.training.data import load_split, to_examples
+from simworld.training.data import ExampleReport, load_split, to_examples
 from simworld.training.sft import SFTConfig, evaluate, train_sft, val_subsets
-from simworld.worldmodel.checkpoint import load_checkpoint
+from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
 from simworld.worldmodel.context import Budget
 from simworld.worldmodel.render import SERIALIZATION_VERSION
 from simworld.worldmodel.retrieval import (
@@ -39,7 +40,7 @@ from simworld.worldmodel.retrieval import (
     save_memory,
 )
 from simworld.worldmodel.tokenizer import load_tokenizer, token_counter, train_tokenizer
-from simworld.worldmodel.world_model import trained_budget
+from simworld.worldmodel.world_model import default_checkpoint, trained_budget
 
 
 @dataclass(frozen=True)
@@ -77,18 +78,28 @@ class SFTRun:
     envs: tuple[str, ...] = ()  # keep only these envs; empty: all
     exclude_apis: tuple[str, ...] = ()
     minutes: float | None = None  # time budget; the run stops (saving) after it
+    tokens: int | None = None  # token budget: the schedule ends after this many real tokens
+    threads: int | None = None  # torch CPU threads (None: the preset's)
     resume: bool = False
     seed: int = 0
     limit: int | None = None  # first N training examples only (smoke runs)
     base: str | None = None  # pretrained base: a local HF directory or "smollm2-gguf"
     lora_r: int = 0
     example_tokens: int | None = None  # the example block's budget (None: the preset's)
+    init: str | None = None  # continue this checkpoint ("default": the shipped one)
+    lr: float | None = None  # with init: the constant learning rate (None: the start's last)
 
     def __post_init__(self) -> None:
         if self.preset not in RECIPES:
             raise ValueError(f"unknown preset {self.preset!r}: choose one of {sorted(RECIPES)}")
         if self.example_tokens is not None and self.example_tokens < 0:
             raise ValueError(f"example_tokens must be >= 0 (0: none), got {self.example_tokens}")
+        if self.init is not None and (self.base is not None or self.example_tokens is not None):
+            raise ValueError(
+                "init continues a checkpoint with its own recipe: drop base and example_tokens"
+            )
+        if self.lr is not None and (self.init is None or self.lr <= 0):
+            raise ValueError("lr sets a continued run's constant rate: give init and lr > 0")
 
 
 def run_sft(run: SFTRun) -> dict[str, Any]:
@@ -102,29 +113,17 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     if run.example_tokens is not None:
         recipe = replace(recipe, example_tokens=run.example_tokens)
     cfg = SFTConfig.preset(run.preset)
-    train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
-    val_eps = load_split("val", run.val_data, run.envs)
-    budget = Budget(total=recipe.budget_tokens, example=recipe.example_tokens)
-    memory = None
-    if recipe.example_tokens:
-        memory = Retriever([r for ep in train_eps for r in recorded_steps(ep)])
-        Path(run.out).mkdir(parents=True, exist_ok=True)
-        save_memory(Path(run.out) / MEMORY_FILE, memory.entries)
-    tokenizer = None
-    if run.base is None and not run.resume:
-        rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
-        tokenizer = train_tokenizer((t for ex in rough for t in (ex.prompt, ex.target)),
-                                    cfg.vocab_size)  # fmt: skip
-        budget = replace(budget, count=token_counter(tokenizer))
+    tokenizer: PreTrainedTokenizerBase | int | None = None  # a base counts approximately
+    base = run.base  # the weights to start from: a pretrained base, or the continued start
+    if run.init is not None:
+        start, recipe, cfg = _continued(run, recipe, cfg)
+        base, tokenizer = str(start), load_tokenizer(start)
     elif run.base is None:
-        budget = replace(budget, count=token_counter(load_tokenizer(Path(run.out) / "resume")))
-    train, train_report = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
-    val, val_report = to_examples(val_eps, budget, recipe.max_target_tokens, memory)
-    train = _cap(train, dict(recipe.env_caps), run.seed)
-    if run.limit is not None:
-        train = train[: run.limit]
-    if not train or not val:
-        raise ValueError(f"no examples to train on ({len(train)}) or validate with ({len(val)})")
+        resumed = Path(run.out) / "resume"
+        tokenizer = load_tokenizer(resumed) if run.resume else cfg.vocab_size
+    pairs = build_pairs(run, recipe, tokenizer)
+    train, val, tokenizer = pairs.train, pairs.val, pairs.tokenizer
+    train_report, val_report = pairs.train_report, pairs.val_report
     # prompt (blocks + example) + target + eos
     span = recipe.budget_tokens + recipe.example_tokens + recipe.max_target_tokens + 8
     cfg = replace(
@@ -132,9 +131,11 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         max_len=max(cfg.max_len, span),
         max_new_tokens=recipe.max_target_tokens + 1,
         time_budget_min=run.minutes,
+        max_tokens=run.tokens,
+        threads=run.threads or cfg.threads,
         seed=run.seed,
         serialization_version=str(SERIALIZATION_VERSION),
-        base=run.base,
+        base=base,
         lora_r=run.lora_r,
         model=replace(cfg.model, max_positions=max(cfg.model.max_positions, span)),
     )
@@ -147,6 +148,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
         "budget_count": "approx" if run.base else "tokenizer",
+        "init": run.init,
         "max_new_tokens": cfg.max_new_tokens,
         "data": list(run.data) or ["bundled:train"],
         "val_data": list(run.val_data) or ["bundled:val"],
@@ -157,6 +159,90 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     return train_sft(
         cfg, train, val, run.out, resume=run.resume, extra_args=extra, tokenizer=tokenizer
     )
+
+
+@dataclass
+class Pairs:
+    """A recipe's training and val pairs, why steps were left out, and the tokenizer whose
+    count sized them (None: the approximate count)."""
+
+    train: list[Example]
+    val: list[Example]
+    train_report: ExampleReport
+    val_report: ExampleReport
+    tokenizer: PreTrainedTokenizerBase | None
+
+
+def build_pairs(
+    run: DataArgs, recipe: Recipe, tokenizer: PreTrainedTokenizerBase | int | None
+) -> Pairs:
+    """The (prompt, target) pairs `run`'s data makes under `recipe` (shared by SFT and MDLM
+    training). `tokenizer`: the one to count with; an int trains a byte-level BPE of that
+    size first (on pairs sized by the approximate count), then sizes the pairs in its own
+    tokens; None keeps the approximate count. With an example budget the train steps are
+    saved as the retrieval memory in `run.out`."""
+    train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
+    val_eps = load_split("val", run.val_data, run.envs)
+    budget = Budget(total=recipe.budget_tokens, example=recipe.example_tokens)
+    memory = None
+    if recipe.example_tokens:
+        memory = Retriever([r for ep in train_eps for r in recorded_steps(ep)])
+        Path(run.out).mkdir(parents=True, exist_ok=True)
+        save_memory(Path(run.out) / MEMORY_FILE, memory.entries)
+    if isinstance(tokenizer, int):
+        rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
+        tokenizer = train_tokenizer((t for ex in rough for t in (ex.prompt, ex.target)),
+                                    tokenizer)  # fmt: skip
+    if tokenizer is not None:
+        budget = replace(budget, count=token_counter(tokenizer))
+    train, train_report = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
+    val, val_report = to_examples(val_eps, budget, recipe.max_target_tokens, memory)
+    train = _cap(train, dict(recipe.env_caps), run.seed)
+    if run.limit is not None:
+        train = train[: run.limit]
+    if not train or not val:
+        raise ValueError(f"no examples to train on ({len(train)}) or validate with ({len(val)})")
+    return Pairs(train, val, train_report, val_report, tokenizer)
+
+
+class DataArgs(Protocol):
+    """What `build_pairs` reads from a run (`SFTRun`, `MDLMRun`)."""
+
+    @property
+    def out(self) -> str | Path: ...
+    @property
+    def data(self) -> tuple[str, ...]: ...
+    @property
+    def val_data(self) -> tuple[str, ...]: ...
+    @property
+    def envs(self) -> tuple[str, ...]: ...
+    @property
+    def exclude_apis(self) -> tuple[str, ...]: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def limit(self) -> int | None: ...
+
+
+def _continued(run: SFTRun, recipe: Recipe, cfg: SFTConfig) -> tuple[Path, Recipe, SFTConfig]:
+    """Continuing checkpoint `run.init`: its directory, its own recipe (prompt and example
+    budgets, longest target; the preset's env caps) and the trainer at a constant learning
+    rate, the start's final one (its lr x min_lr_ratio) unless `run.lr` says otherwise, with
+    no warmup: the run goes on where the start's schedule ended."""
+    start = default_checkpoint() if run.init == "default" else Path(str(run.init))
+    meta = read_meta(start)
+    if meta.kind != "ar":
+        raise ValueError(f"{start} holds a {meta.kind!r} checkpoint: --init continues AR ones")
+    args = meta.training_args
+    recipe = replace(
+        recipe,
+        budget_tokens=int(args["budget_tokens"]),
+        max_target_tokens=int(args["max_new_tokens"]) - 1,
+        example_tokens=int(args.get("example_tokens", 0)),
+    )
+    last = float(args.get("lr", cfg.lr)) * float(args.get("min_lr_ratio", cfg.min_lr_ratio))
+    cfg = replace(cfg, lr=run.lr or last, warmup_steps=0, min_lr_ratio=1.0)
+    return start, recipe, cfg
 
 
 def reproduce_val_metrics(directory: str | Path) -> dict[str, float]:
@@ -187,4 +273,13 @@ def _cap(examples: list[Example], caps: dict[str, int], seed: int) -> list[Examp
     return [ex for i, ex in enumerate(examples) if i in keep]
 
 
-__all__ = ["RECIPES", "Recipe", "SFTRun", "reproduce_val_metrics", "run_sft"]
+__all__ = [
+    "RECIPES",
+    "DataArgs",
+    "Pairs",
+    "Recipe",
+    "SFTRun",
+    "build_pairs",
+    "reproduce_val_metrics",
+    "run_sft",
+]

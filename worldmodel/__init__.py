@@ -3,9 +3,10 @@
 Built: the one serialization (`context`, `render`, `views`, `patch`), retrieval of similar
 recorded steps (`retrieval`: the example block, and the memory a checkpoint carries), the
 byte-level BPE tokenizer, the autoregressive model (from scratch, a local HF directory, or
-the GGUF SmolLM2-135M-Instruct), checkpoints, and the inference engines (transformers with its own
-decode path, any OpenAI-compatible endpoint, vLLM untested). Not built yet: the masked-
-diffusion model (see the open issues). Importing this package does not import torch.
+the GGUF SmolLM2-135M-Instruct), the masked-diffusion model (`mdlm`: a prefix encoded once,
+the target denoised in K parallel steps; `mdlm_sample.MDLMEngine` serves it), checkpoints
+of either kind, and the inference engines (transformers with its own decode path, any
+OpenAI-compatible endpoint, vLLM untested). Importing this package does not import torch.
 
     from simworld.worldmodel import load_world_model
     wm = load_world_model("path/to/checkpoint")

@@ -4,7 +4,8 @@
       model.safetensors      weights (Hugging Face layout)
       config.json            the transformers model config
       tokenizer.json, tokenizer_config.json, ...
-      simworld.json          CheckpointMeta: kind, serialization version, training
+      simworld.json          CheckpointMeta: kind ("ar", or "mdlm": see mdlm.py for its
+                             layout), serialization version, training
                              arguments, val metrics reached, schema version
       memory.jsonl.gz        the recorded steps its example blocks are retrieved from
                              (only when trained with examples; see retrieval.py)
@@ -74,10 +75,24 @@ def save_checkpoint(
     return out
 
 
+def read_meta(directory: str | Path) -> CheckpointMeta:
+    """The meta (simworld.json) of the checkpoint in `directory`: its kind says how to load it
+    ("ar" here, "mdlm" by `simworld.worldmodel.mdlm.load_mdlm`)."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint directory at {path}")
+    if not (path / META_FILE).is_file():
+        raise FileNotFoundError(
+            f"{path} is not a complete simworld checkpoint: missing {META_FILE} "
+            "(was training interrupted before the final save? resume it, or re-save)"
+        )
+    return CheckpointMeta.from_dict(json.loads((path / META_FILE).read_text()), path)
+
+
 def load_checkpoint(
     directory: str | Path,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, CheckpointMeta]:
-    """Model (eval mode), tokenizer and meta of the checkpoint in `directory`."""
+    """Model (eval mode), tokenizer and meta of the AR checkpoint in `directory`."""
     path = Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"no checkpoint directory at {path}")
@@ -88,6 +103,11 @@ def load_checkpoint(
             "(was training interrupted before the final save? resume it, or re-save)"
         )
     meta = CheckpointMeta.from_dict(json.loads((path / META_FILE).read_text()), path)
+    if meta.kind != "ar":
+        raise ValueError(
+            f"{path} holds a {meta.kind!r} checkpoint, not an AR one: load it with "
+            "simworld.worldmodel.load_world_model"
+        )
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     model.train(False)  # eval mode
     return model, load_tokenizer(path), meta

@@ -14,10 +14,11 @@ block itself, with the most similar recorded step, within `budget.example`: ever
 (the router, eval, the server) gets it by building contexts as before.
 
 A causal LM (the transformers or vLLM engine) gets the plain prompt and generates the
-target up to its end-of-observation token; a chat endpoint (the OpenAI-compatible engine)
-gets the chat rendering of the same blocks, and an answer the parser cannot read is
-retried a bounded number of times. Whatever the parser cannot read is reported in
-`Prediction.problems`, never raised.
+target up to its end-of-observation token (so does the masked-diffusion model, whose engine
+denoises the target in K steps: `load_world_model` picks the engine by checkpoint kind); a
+chat endpoint (the OpenAI-compatible engine) gets the chat rendering of the same blocks,
+and an answer the parser cannot read is retried a bounded number of times. Whatever the
+parser cannot read is reported in `Prediction.problems`, never raised.
 """
 
 from __future__ import annotations
@@ -149,11 +150,12 @@ def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
 def load_world_model(
     path: str | Path = "default", *, device: str | None = None, **engine_options: Any
 ) -> TextWorldModel:
-    """A checkpoint directory ("default": the shipped one) as a world model on the
-    transformers engine, with the budget and decode bound it was trained with, and its
-    retrieval memory when it has one (a checkpoint without memory.jsonl.gz predicts
-    without examples, as before)."""
-    from simworld.worldmodel.checkpoint import load_checkpoint
+    """A checkpoint directory ("default": the shipped one) as a world model, with the budget
+    and decode bound it was trained with, and its retrieval memory when it has one (a
+    checkpoint without memory.jsonl.gz predicts without examples, as before). An AR
+    checkpoint runs on the transformers engine (`engine_options` go to it); an MDLM one
+    (kind "mdlm") on `MDLMEngine` (`engine_options`: steps, order, batch_size)."""
+    from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
 
     directory = default_checkpoint() if str(path) == "default" else Path(path)
     if str(path) == "default" and not directory.is_dir():
@@ -161,7 +163,19 @@ def load_world_model(
             "no default world model ships with this simworld yet; train one with "
             "`simworld train sft --preset default --out DIR` and pass that DIR"
         )
-    model, tokenizer, meta = load_checkpoint(directory)
+    engine: Engine
+    if read_meta(directory).kind == "mdlm":
+        from simworld.worldmodel.mdlm import load_mdlm
+        from simworld.worldmodel.mdlm_sample import MDLMEngine
+
+        mdlm, tokenizer, meta = load_mdlm(directory)
+        options = {"steps": int(meta.training_args.get("sample_steps", 8)), **engine_options}
+        engine = MDLMEngine(mdlm, tokenizer, device=device, **options)
+    else:
+        model, tokenizer, meta = load_checkpoint(directory)
+        engine = load_engine(
+            "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
+        )
     if str(meta.serialization_version) not in READS_VERSIONS:
         raise ValueError(
             f"{directory} was trained on serialization version {meta.serialization_version}; "
@@ -178,9 +192,6 @@ def load_world_model(
             )
         memory = Retriever(load_memory(directory / MEMORY_FILE))
     generation = GenerationConfig(max_new_tokens=int(args.get("max_new_tokens", 256)))
-    engine = load_engine(
-        "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
-    )
     return TextWorldModel(engine, budget, generation, memory=memory)
 
 

@@ -191,3 +191,35 @@ def test_lora_on_a_pretrained_base_trains_and_merges(tiny_checkpoint: Path, tmp_
     before = dict(base_model.named_parameters())
     changed = [n for n, p in tuned.named_parameters() if not p.detach().equal(before[n].detach())]
     assert any("q_proj" in n or "v_proj" in n for n in changed)
+
+
+def test_init_continues_a_checkpoint_with_its_recipe_at_its_last_rate(
+    tiny_checkpoint: Path, tmp_path: Path
+) -> None:
+    """`init` starts from the checkpoint's weights and tokenizer, keeps its prompt budget
+    and target bound, and trains at a constant rate: the start's final one."""
+    start_model, start_tok, start_meta = load_checkpoint(tiny_checkpoint)
+    start_args = start_meta.training_args
+    metrics = run_sft(
+        SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20,
+               init=str(tiny_checkpoint), tokens=3000)
+    )  # fmt: skip
+    assert metrics["step"] > 0
+    tuned, tok, meta = load_checkpoint(tmp_path)
+    args = meta.training_args
+    assert tok.get_vocab() == start_tok.get_vocab()
+    assert args["init"] == str(tiny_checkpoint) and args["budget_count"] == "tokenizer"
+    for key in ("budget_tokens", "example_tokens", "max_new_tokens"):
+        assert args[key] == start_args[key]
+    assert args["lr"] == pytest.approx(start_args["lr"] * start_args["min_lr_ratio"])
+    assert (args["warmup_steps"], args["min_lr_ratio"]) == (0, 1.0)
+    before = dict(start_model.named_parameters())
+    assert any(not p.detach().equal(before[n].detach()) for n, p in tuned.named_parameters())
+    assert load_world_model(tmp_path).budget.total == start_args["budget_tokens"]
+
+
+def test_init_refuses_a_second_recipe() -> None:
+    with pytest.raises(ValueError, match="drop base and example_tokens"):
+        SFTRun(out="x", init="default", example_tokens=64)
+    with pytest.raises(ValueError, match="give init and lr > 0"):
+        SFTRun(out="x", lr=1e-4)

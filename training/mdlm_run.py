@@ -1,0 +1,107 @@
+"""The `simworld train mdlm` recipe: episodes → the one serialization → (prompt, target)
+pairs → `train_mdlm` → an MDLM checkpoint that `load_world_model` serves.
+
+A tiny CPU run (seconds), as its test does:
+
+    from simworld.training.mdlm_run import MDLMRun, run_mdlm
+    metrics = run_mdlm(MDLMRun(preset="tiny", out="out/mdlm-tiny", envs=("frozenlake",),
+                               limit=40))
+
+The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, longest
+target, env caps, example block), so an MDLM and an AR model of one preset learn the same
+pairs. The target bound L is the recipe's longest target + 1 (its <eos>). The tokenizer is
+trained the same way (byte-level BPE of the preset's size), or taken from an AR checkpoint
+(`tokenizer`, e.g. "default") so that both models see identical tokens. `tokens` is a
+budget of real training tokens: the schedule ends there (as `simworld train sft --tokens`),
+which is how the comparison matches training tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from simworld.training.mdlm import MDLMTrainConfig, train_mdlm
+from simworld.training.sft_run import RECIPES, build_pairs
+from simworld.worldmodel.render import SERIALIZATION_VERSION
+from simworld.worldmodel.tokenizer import load_tokenizer
+from simworld.worldmodel.world_model import default_checkpoint
+
+
+@dataclass(frozen=True)
+class MDLMRun:
+    """One `simworld train mdlm` invocation."""
+
+    out: str | Path
+    preset: str = "default"
+    data: tuple[str, ...] = ()  # dump files; empty: the bundled train split
+    val_data: tuple[str, ...] = ()  # dump files; empty: the bundled val split
+    envs: tuple[str, ...] = ()
+    exclude_apis: tuple[str, ...] = ()
+    minutes: float | None = None  # time budget; the run stops (saving) after it
+    tokens: int | None = None  # token budget: the schedule ends after this many real tokens
+    threads: int | None = None  # torch CPU threads (None: the preset's)
+    elbo: bool = True  # False: the mean CE over masked positions (see MDLMTrainConfig)
+    seed: int = 0
+    limit: int | None = None  # first N training examples only (smoke runs)
+    steps: int | None = None  # K for val exact match and the checkpoint's default K
+    tokenizer: str | None = None  # a checkpoint directory (or "default") to take it from
+
+    def __post_init__(self) -> None:
+        if self.preset not in RECIPES:
+            raise ValueError(f"unknown preset {self.preset!r}: choose one of {sorted(RECIPES)}")
+        if self.tokens is not None and self.tokens < 1:
+            raise ValueError(f"tokens must be at least 1, got {self.tokens}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be at least 1, got {self.steps}")
+
+
+def run_mdlm(run: MDLMRun) -> dict[str, Any]:
+    """Build the pairs, train, write the checkpoint to `run.out`; return its metrics."""
+    recipe = RECIPES[run.preset]
+    cfg = MDLMTrainConfig.preset(run.preset)
+    tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
+    if run.tokenizer is not None:
+        source = default_checkpoint() if run.tokenizer == "default" else Path(run.tokenizer)
+        tokenizer = load_tokenizer(source)
+    pairs = build_pairs(run, recipe, tokenizer)
+    L = recipe.max_target_tokens + 1  # the target and its <eos>
+    span = recipe.budget_tokens + recipe.example_tokens + L + 8
+    model = replace(cfg.model, target_len=L, max_positions=max(cfg.model.max_positions, span))
+    cfg = replace(
+        cfg,
+        model=model,
+        batch_tokens=max(cfg.batch_tokens, model.max_positions),
+        max_tokens=run.tokens,
+        threads=run.threads or cfg.threads,
+        elbo_weighting=run.elbo,
+        time_budget_min=run.minutes,
+        seed=run.seed,
+        sample_steps=run.steps or cfg.sample_steps,
+        serialization_version=str(SERIALIZATION_VERSION),
+    )
+    report = pairs.train_report
+    print(
+        f"mdlm: {len(pairs.train)} train / {len(pairs.val)} val examples; left out (train): "
+        f"{report.over_budget} over the {recipe.budget_tokens}-token prompt budget, "
+        f"{report.long_target} with targets over {recipe.max_target_tokens} tokens"
+    )
+    extra = {
+        "budget_tokens": recipe.budget_tokens,
+        "example_tokens": recipe.example_tokens,
+        "budget_count": "tokenizer",
+        "max_new_tokens": L,
+        "tokenizer_from": run.tokenizer,
+        "data": list(run.data) or ["bundled:train"],
+        "val_data": list(run.val_data) or ["bundled:val"],
+        "exclude_apis": list(run.exclude_apis),
+        "envs": list(run.envs),
+        "examples": {"train": report.as_dict(), "val": pairs.val_report.as_dict()},
+    }
+    return train_mdlm(cfg, pairs.train, pairs.val, run.out, extra, pairs.tokenizer)
+
+
+__all__ = ["MDLMRun", "run_mdlm"]
