@@ -104,7 +104,8 @@ def _record_args(parser: argparse.ArgumentParser) -> Handler:
         default=[],
         metavar="KEY=VALUE",
         help="an env option, repeatable (bfcl: categories=base,long_context off_policy=2; "
-        "frozenlake: sizes=[4] is_slippery=false; textworld: world_size=3)",
+        "frozenlake: sizes=[4] is_slippery=false; textworld: world_size=3; "
+        "search: split=test top_k=1; datascience: tables=iris max_seconds=6)",
     )
     return _record
 

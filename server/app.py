@@ -9,7 +9,8 @@ OpenEnv's `/reset /step /state /schema /metadata /health /ws` under `/envs/<env>
 env and at the root for the first (openenv.py); MCP's streamable HTTP `/mcp` beside them,
 per env and at the root (mcp.py); `GET /metrics` (Prometheus text, metrics.py); `GET
 /health` (OpenEnv's, `{"status": "healthy"}`; open
-without a token); StableToolBench's `POST /virtual` (virtual.py).
+without a token); StableToolBench's `POST /virtual` (virtual.py); Search-R1's `POST /retrieve`
+for a served search env (retrieve.py).
 
 The lifespan raises anyio's worker-thread limit to `settings.worker_threads` (settings.py
 says why) and, without a ready hub, sets torch's intra-op threads (`settings.torch_threads`,
@@ -59,6 +60,7 @@ from simworld.server.mcp import mcp_router
 from simworld.server.metrics import CONTENT_TYPE, Metrics
 from simworld.server.openenv import openenv_router
 from simworld.server.rest import router as rest_router
+from simworld.server.retrieve import router as retrieve_router
 from simworld.server.settings import WORKER_THREADS, Settings, keys_from_environment
 from simworld.server.virtual import router as virtual_router
 
@@ -93,6 +95,7 @@ def create_app(settings: Settings | None = None, *, hub: Hub | None = None) -> F
     app.add_middleware(InternalErrors, on_error=_counter(app))  # outermost
     app.include_router(rest_router)
     app.include_router(virtual_router)  # StableToolBench's POST /virtual
+    app.include_router(retrieve_router)  # Search-R1's POST /retrieve
     app.include_router(chat_router)  # the world model itself: POST /v1/chat/completions
     app.add_api_route("/metrics", _metrics, methods=["GET"], include_in_schema=False)
     for env in envs:

@@ -2,6 +2,8 @@
 
     simworld bench decode [--model default|DIR|random]          # worldmodel: decode speed
     simworld bench serve [--model default] [--seconds S] [--sessions 1 8 32 64] [--json F]
+    simworld bench mdlm --ar DIR --mdlm DIR [--limit N] [--ks 1 2 4 8 16] [--json F]
+    simworld bench pipeline --model DIR [--table T] [--pipelines N] [--test FILE] [--json F]
 
 The world-model layer cannot import the server, so neither owns `bench`: this front-door
 module names the benchmarks and hands the rest of the command line to the owner's
@@ -21,6 +23,9 @@ Handler = Callable[[argparse.Namespace], int]
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "decode": ("simworld.worldmodel.cli", "decode speed of a world model (ms per observation)"),
     "serve": ("simworld.server.bench", "server steps/s and latency, batching on and off"),
+    "search": ("simworld.eval.search", "simulated vs real search passages; router shares"),
+    "mdlm": ("simworld.eval.mdlm_compare", "AR against MDLM: accuracy, latency, passes per K"),
+    "pipeline": ("simworld.eval.pipeline_search", "pipeline search: all-real vs cost-routed"),
 }
 
 

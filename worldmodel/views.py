@@ -14,6 +14,7 @@ limit becomes "{…5 keys}" or "[…9 items]". Views:
   episode's tool specs); the file system shows the current directory's subtree first, then
   its parents and siblings as the budget allows;
 - `frozenlake`: the whole board (a board with rows left out would mislead);
+- `datascience`: the table profile, dropping per-column detail in levels for wide tables;
 - any other env: the generic JSON view.
 
 A view that cannot fit even its tightest rendering raises `BudgetError`.
@@ -250,10 +251,49 @@ def _node(node: JSON, level: Level) -> JSON:
     return {**rest, "contents": out}
 
 
+class DataScienceView:
+    """datascience: {"source", "pipeline", then the profile's shape, task, target, columns,
+    sample}; detail leaves in levels until it fits: the sample rows, then the number
+    columns' min and max, then every column's statistics and top categories (dtype and
+    missing count stay), then the columns themselves (a summary: how many number columns,
+    the category names, the missing counts), then the pipeline's older entries (the last 9,
+    4, then 2 kept). Source, shape, task and target always stay."""
+
+    def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
+        if not isinstance(state, dict) or not isinstance(state.get("profile"), dict):
+            return JsonView().render(state, action, budget, count)
+        return fit(lambda i: compact(datascience_level(state, i)), 7, budget, count, "state")
+
+
+def datascience_level(state: dict[str, JSON], level: int) -> JSON:
+    """A datascience state at detail `level` (0: whole … 6: no columns, last 2 operations)."""
+    profile, pipeline = dict(state["profile"]), list(state.get("pipeline", []))
+    columns = profile.pop("columns", {})
+    sample = profile.pop("sample", [])
+    cut = {0: 9, 1: 9, 2: 4, 3: 2}.get(level - 3, len(pipeline))
+    if len(pipeline) > cut:
+        pipeline = [f"…({len(pipeline) - cut} earlier)", *pipeline[-cut:]]
+    out = {"source": state.get("source"), "pipeline": pipeline, **profile}
+    keep = {0: None, 1: None, 2: 4, 3: 2}.get(level, 0)
+    if level <= 3 and isinstance(columns, dict):
+        out["columns"] = {n: v[:keep] if keep else v for n, v in columns.items()}
+    elif level <= 5 and isinstance(columns, dict):
+        listed = {n: v for n, v in columns.items() if isinstance(v, list) and len(v) >= 2}
+        out["columns"] = {
+            "numbers": sum(v[0] in ("int", "float") for v in listed.values()),
+            "categories": [n for n, v in listed.items() if v[0] == "category"],
+            "missing": {n: v[1] for n, v in listed.items() if v[1]},
+        }
+    if level == 0:
+        out["sample"] = sample
+    return out
+
+
 ViewFactory = Callable[[Episode], StateView]
 
 VIEWS: dict[str, ViewFactory] = {
     "bfcl": BfclView.from_episode,
+    "datascience": lambda episode: DataScienceView(),
     "frozenlake": lambda episode: FrozenLakeView(),
 }
 

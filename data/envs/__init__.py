@@ -13,8 +13,10 @@ from simworld.data.envs.base import EnvUnavailable, RealEnv
 
 _ENVS = {
     "bfcl": "simworld.data.envs.bfcl:BfclEnv",
+    "datascience": "simworld.data.envs.datascience:DataScienceEnv",
     "frozenlake": "simworld.data.envs.frozenlake:FrozenLakeEnv",
     "textworld": "simworld.data.envs.textworld:TextWorldEnv",
+    "search": "simworld.data.envs.search:SearchEnv",
 }
 ENV_NAMES = tuple(_ENVS)
 

@@ -2,12 +2,16 @@
 games, or a few lines for `mock`) once per process.
 
     from simworld.simulators.envs import SIM_ENVS, load_sim_env
-    env = load_sim_env("bfcl")          # SIM_ENVS == ("bfcl", "frozenlake", "mock", "textworld")
+    env = load_sim_env("bfcl")          # SIM_ENVS: bfcl, datascience, frozenlake, mock, search
     task = env.task_for(seed=7)
 
 `bfcl` (the BFCL multi-turn scenarios, with BFCL's own backends as the real one when
-bfcl-eval is installed), `frozenlake` (the bundled maps, with an exact real backend),
-`mock` (a counter for tests) and, when the optional `textworld` package is installed,
+bfcl-eval is installed), `datascience` (tables from scikit-learn's datasets and generators,
+operations as tools, pandas + scikit-learn as the cost-aware real backend), `frozenlake`
+(the bundled maps, with an exact real backend),
+`mock` (a counter for tests), `search` (a passage corpus behind `search(query, top_k)`,
+with BM25 as the real backend; the pydoc demo corpus unless SIMWORLD_SEARCH_CORPUS names a
+JSONL one) and, when the optional `textworld` package is installed,
 `textworld` (generated games played by the real game engine); each module's docstring
 lists its decisions. Importing this package imports neither torch, gymnasium, bfcl-eval
 nor textworld.
@@ -26,14 +30,18 @@ from simworld.simulators.env import SimEnv
 from simworld.simulators.envs import captured, textworld
 from simworld.simulators.envs.bfcl import bfcl_env
 from simworld.simulators.envs.bfcl_real import BfclReal
+from simworld.simulators.envs.datascience import DataScienceReal, datascience_env
 from simworld.simulators.envs.frozenlake import FrozenLakeReal, frozenlake_env
 from simworld.simulators.envs.mock import MockReal, mock_env
+from simworld.simulators.envs.search import SearchReal, search_env
 from simworld.simulators.envs.textworld import TextWorldReal
 
 _BUILDERS: dict[str, Callable[[], SimEnv]] = {
     "bfcl": bfcl_env,
+    "datascience": datascience_env,
     "frozenlake": frozenlake_env,
     "mock": mock_env,
+    "search": search_env,
 }
 if textworld.installed():
     _BUILDERS["textworld"] = textworld.textworld_env
@@ -81,8 +89,10 @@ def _captured_dir(name: str) -> Path:
 __all__ = [
     "SIM_ENVS",
     "BfclReal",
+    "DataScienceReal",
     "FrozenLakeReal",
     "MockReal",
+    "SearchReal",
     "TextWorldReal",
     "load_sim_env",
     "sim_env_name",

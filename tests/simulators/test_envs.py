@@ -57,7 +57,7 @@ def test_each_env_loads_once_with_tasks(name: str) -> None:
 
 
 def test_unknown_env_names_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="bfcl, frozenlake, mock"):
+    with pytest.raises(ValueError, match="bfcl, datascience, frozenlake, mock, search"):
         load_sim_env("chess")
 
 

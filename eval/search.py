@@ -1,0 +1,337 @@
+"""Simulated against real search: how close the world model's passages are to the BM25
+retriever's on held-out queries, and who answers (cache, real, model) when the router runs
+over them. `simworld bench search` prints and saves both.
+
+    simworld bench search --model out/search/wm --split test --limit 300 --json f.json
+
+    from simworld.eval.search import passage_scores
+    passage_scores(simulated_hits, real_hits, encoder)   # one dict of scores per query
+
+Per query (real hits R, simulated hits S, each a list of {"id", "title", "text", "score"};
+S is None when the model's answer could not be read, and then scores 0 everywhere):
+- `rank_cosine`: the mean over R's ranks of the embedding cosine (all-MiniLM-L6-v2) of the
+  passage S has at that rank with R's (a rank S lacks scores 0);
+- `best_cosine`: the mean over R's passages of their best cosine with any of S (order-free);
+- `content_overlap`: the share of R's passages whose text S returns verbatim (whitespace
+  collapsed), whatever the id; `id_overlap`: the share of R's ids that S returns;
+- `token_f1`: the F1 of S's and R's word bags (title and text);
+- `verbatim`: the share of S's passages that are verbatim passages of the corpus.
+A passage is embedded as its contents, `"Title"\\ntext`. Where R is empty, every score is 1
+when S is empty too, else 0. Rows: `model` scores the answers as served (an answer whose
+JSON does not parse is unreadable: 0); `model_salvaged` scores the passages such an answer
+still holds (`salvage`: its "id", "title" and "text" strings read one by one), i.e. what
+the model writes apart from its JSON slips; `random` scores k seeded random corpus
+passages the same way: what unrelated passages of the same corpus reach (the floor).
+
+Shares: a fresh router with `RouterConfig(max_real_cost=C)` over the held-out queries, each
+a one-call session of the env's task, the whole list `passes` times (RL rollouts repeat
+prompts): the share of answers from the cache, the real backend and the model, per pass.
+The similarity run uses its own router with the real backend off (every answer the model's
+or, for a query asked twice, the cache's); its answers never reach the shares run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simworld.data.envs.search import hits_json, search_call
+from simworld.data.envs.seeding import derive_seed
+from simworld.data.records import Episode, Task, ToolCallsAction, ToolResultsObservation
+from simworld.data.search_corpus import (
+    SPLITS,
+    BM25Index,
+    Hit,
+    load_corpus,
+    make_needs,
+    query_set,
+    terms,
+)
+from simworld.eval.embedding import Encoder
+from simworld.simulators.env import SimEnv
+from simworld.simulators.envs.search import TASK_ID, build_search_env
+from simworld.simulators.router import Router, RouterConfig
+from simworld.worldmodel.world_model import WorldModel
+
+Hits = list[dict[str, Any]]
+_FIELD = re.compile(r'"(id|title|text)":\s*"((?:[^"\\]|\\.)*)"')
+SCORES = ("rank_cosine", "best_cosine", "content_overlap", "id_overlap", "token_f1", "verbatim")
+Handler = Callable[[argparse.Namespace], int]
+
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def _contents(hit: dict[str, Any]) -> str:
+    return f'"{hit.get("title", "")}"\n{hit.get("text", "")}'
+
+
+def _flat(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _f1(pred: Counter[str], real: Counter[str]) -> float:
+    common = sum((pred & real).values())
+    if common == 0:
+        return 1.0 if not pred and not real else 0.0
+    precision, recall = common / sum(pred.values()), common / sum(real.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def passage_scores(
+    simulated: Sequence[Hits | None],
+    real: Sequence[Hits],
+    encoder: Encoder,
+    corpus_texts: frozenset[str] = frozenset(),
+) -> list[dict[str, float]]:
+    """The module docstring's scores, one dict per query (parallel sequences)."""
+    if len(simulated) != len(real):
+        raise ValueError(f"{len(simulated)} simulated results for {len(real)} real ones")
+    texts = sorted({_contents(h) for hits in (*real, *(s or [] for s in simulated)) for h in hits})
+    row = {text: i for i, text in enumerate(texts)}
+    vectors = encoder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)  # (T, d)
+    out = []
+    for sim, ref in zip(simulated, real, strict=True):
+        if not ref:
+            same = 1.0 if sim is not None and not sim else 0.0
+            out.append(dict.fromkeys(SCORES, same))
+            continue
+        sim = sim or []
+        r_vec = vectors[[row[_contents(h)] for h in ref]]  # (R, d)
+        s_vec = vectors[[row[_contents(h)] for h in sim]] if sim else np.zeros((0, r_vec.shape[1]))
+        cos = r_vec @ s_vec.T  # (R, S), rows L2-normalised
+        ranked = [float(cos[i, i]) if i < len(sim) else 0.0 for i in range(len(ref))]
+        best = cos.max(axis=1) if sim else np.zeros(len(ref))
+        sim_texts = {_flat(h.get("text", "")) for h in sim}
+        sim_ids = {str(h.get("id")) for h in sim}
+        words = (Counter(terms(" ".join(_contents(h) for h in hits))) for hits in (sim, ref))
+        out.append(
+            {
+                "rank_cosine": sum(ranked) / len(ref),
+                "best_cosine": float(best.mean()),
+                "content_overlap": sum(_flat(h["text"]) in sim_texts for h in ref) / len(ref),
+                "id_overlap": sum(h["id"] in sim_ids for h in ref) / len(ref),
+                "token_f1": _f1(*words),
+                "verbatim": (
+                    sum(_flat(h.get("text", "")) in corpus_texts for h in sim) / len(sim)
+                    if sim
+                    else 0.0
+                ),
+            }
+        )
+    return out
+
+
+def mean_scores(rows: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each score's mean over the queries (0.0 for none)."""
+    return {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in SCORES}
+
+
+# ---------------------------------------------------------------------------- routing
+
+
+def _history(env: SimEnv) -> Episode:
+    task = env.tasks[TASK_ID]
+    return Episode("bench", env.name, Task(task.id, task.instruction), [], list(task.tools))
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One search's answer: the hits (None when the result is not a list of objects), who
+    answered, and the result text as given."""
+
+    hits: Hits | None
+    source: str
+    text: str
+
+
+def ask(router: Router, query: str, top_k: int, seed: int) -> Asked:
+    """One search through `router` as a fresh one-call session."""
+    action = ToolCallsAction([search_call("call_0_0", query, top_k)])
+    routed = router.answer(_history(router.env), None, action, seed)
+    observation = routed.answer.observation
+    assert isinstance(observation, ToolResultsObservation)
+    result = observation.results[0]
+    try:
+        hits = json.loads(result.text)
+    except ValueError:
+        hits = None
+    readable = not result.is_error and isinstance(hits, list)
+    readable = readable and all(isinstance(h, dict) for h in hits)
+    return Asked(hits if readable else None, routed.source, result.text)
+
+
+def salvage(text: str) -> Hits:
+    """The passages a result text holds even where its JSON is broken: each `"id"` starts a
+    hit; the `"title"` and `"text"` strings after it fill it in (JSON string literals)."""
+    hits: Hits = []
+    for key, literal in _FIELD.findall(text):
+        try:
+            value = json.loads(f'"{literal}"')
+        except ValueError:
+            continue
+        if key == "id" or not hits:
+            hits.append({"id": "", "title": "", "text": "", "score": 0.0})
+        hits[-1][key] = value
+    return hits
+
+
+def route_shares(
+    env: SimEnv, model: WorldModel, queries: Sequence[str], top_k: int, config: RouterConfig,
+    passes: int,
+) -> list[dict[str, float]]:  # fmt: skip
+    """Per pass over `queries`: the share of answers by source (a fresh router)."""
+    router = Router(env, model, config)
+    rows = []
+    for p in range(passes):
+        sources = Counter(
+            ask(router, q, top_k, derive_seed("bench-search", p, q)).source for q in queries
+        )
+        total = max(sum(sources.values()), 1)
+        rows.append({s: round(sources[s] / total, 4) for s in ("cache", "real", "model")})
+    return rows
+
+
+# ---------------------------------------------------------------------------- the bench
+
+
+@dataclass(frozen=True)
+class SearchBenchConfig:
+    """One `simworld bench search` run (see the module docstring)."""
+
+    model: str = "default"
+    corpus: str | None = None  # a JSONL corpus; None: the pydoc demo corpus
+    split: str = "test"
+    top_k: int = 1
+    limit: int | None = None  # the first N held-out queries (seeded order)
+    max_real_cost: float = 0.1
+    passes: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {self.split!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"limit must be at least 1 (or None), got {self.limit}")
+        if self.passes < 1:
+            raise ValueError(f"passes must be at least 1, got {self.passes}")
+
+
+def run_search_bench(
+    cfg: SearchBenchConfig, model: WorldModel, encoder: Encoder, env: SimEnv | None = None
+) -> dict[str, Any]:
+    """The similarity and shares figures for `model` on the held-out queries of `cfg`."""
+    corpus = load_corpus(cfg.corpus)
+    index = BM25Index(corpus.passages)
+    env = env or build_search_env(corpus)
+    queries = query_set(make_needs(corpus, index, cfg.split))
+    random.Random(derive_seed("bench-search", cfg.seed)).shuffle(queries)
+    queries = queries[: cfg.limit]
+    real = [hits_json(index.search(q, cfg.top_k)) for q in queries]
+    started = time.perf_counter()
+    simulator = Router(env, model, RouterConfig())
+    asked = [ask(simulator, q, cfg.top_k, derive_seed("bench-search", q)) for q in queries]
+    seconds = time.perf_counter() - started
+    simulated = [a.hits for a in asked]
+    salvaged = [a.hits if a.hits is not None else salvage(a.text) for a in asked]
+    rng = random.Random(derive_seed("bench-search-random", cfg.seed))
+    floor = [
+        hits_json([Hit(p, 0.0) for p in rng.sample(corpus.passages, cfg.top_k)]) for _ in queries
+    ]
+    texts = frozenset(_flat(p.text) for p in corpus.passages)
+    config = RouterConfig(max_real_cost=cfg.max_real_cost)
+    return {
+        "config": asdict(cfg),
+        "corpus": corpus.version,
+        "queries": len(queries),
+        "model": mean_scores(passage_scores(simulated, real, encoder, texts)),
+        "model_salvaged": mean_scores(passage_scores(salvaged, real, encoder, texts)),
+        "random": mean_scores(passage_scores(floor, real, encoder, texts)),
+        "unreadable": sum(s is None for s in simulated),
+        "model_seconds_per_query": round(seconds / max(len(queries), 1), 4),
+        "shares": route_shares(env, model, queries, cfg.top_k, config, cfg.passes),
+    }
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as a small Markdown table."""
+    lines = [
+        f"{report['queries']} held-out queries ({report['config']['split']}), "
+        f"top_k {report['config']['top_k']}, {report['corpus']}",
+        "",
+        "| answers | " + " | ".join(SCORES) + " |",
+        "|---|" + "---|" * len(SCORES),
+    ]
+    for row in ("model", "model_salvaged", "random"):
+        lines.append(f"| {row} | " + " | ".join(f"{report[row][k]:.3f}" for k in SCORES) + " |")
+    lines += ["", f"unreadable model answers: {report['unreadable']}", ""]
+    cost = report["config"]["max_real_cost"]
+    lines += [f"router shares (max_real_cost {cost}):", "| pass | cache | real | model |"]
+    lines.append("|---|---|---|---|")
+    for i, share in enumerate(report["shares"], start=1):
+        lines.append(f"| {i} | {share['cache']:.3f} | {share['real']:.3f} | {share['model']:.3f} |")
+    return "\n".join(lines)
+
+
+def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
+    """`simworld bench search`'s arguments and its handler."""
+    if command != "bench search":
+        raise ValueError(f"unknown eval benchmark command {command!r}")
+    parser.description = "Simulated against real search on held-out queries, and router shares."
+    add, defaults = parser.add_argument, SearchBenchConfig()
+    add("--model", default=defaults.model, help='a checkpoint directory (or "default")')
+    add("--corpus", help="a JSONL corpus (default: the pydoc demo corpus)")
+    add("--split", default=defaults.split, choices=SPLITS, help="the held-out queries")
+    add("--top-k", type=int, default=defaults.top_k, help="passages per search")
+    add("--limit", type=int, help="the first N held-out queries (seeded order)")
+    add("--max-real-cost", type=float, default=defaults.max_real_cost, help="router threshold")
+    add("--passes", type=int, default=defaults.passes, help="passes over the queries")
+    add("--seed", type=int, default=defaults.seed)
+    add("--json", type=Path, metavar="FILE", help="also write the report here")
+    return _bench
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from simworld.eval.embedding import load_encoder
+    from simworld.worldmodel.world_model import load_world_model
+
+    try:
+        cfg = SearchBenchConfig(
+            args.model, args.corpus, args.split, args.top_k, args.limit,
+            args.max_real_cost, args.passes, args.seed,
+        )  # fmt: skip
+        model = load_world_model(cfg.model)
+        report = run_search_bench(cfg, model, load_encoder())
+    except (ValueError, OSError) as exc:
+        print(f"simworld bench search: {exc}", file=sys.stderr)
+        return 2
+    print(render(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+__all__ = [
+    "SCORES",
+    "Asked",
+    "SearchBenchConfig",
+    "ask",
+    "configure",
+    "mean_scores",
+    "passage_scores",
+    "render",
+    "route_shares",
+    "run_search_bench",
+    "salvage",
+]

@@ -1,0 +1,178 @@
+"""Simulated against real search (eval/search.py): the passage scores on hand-computed
+cases, the router shares per pass, and the bench end to end on a small corpus.
+
+    python -m pytest -q tests/eval/test_search_eval.py
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
+from simworld.data.search_corpus import load_corpus
+from simworld.eval.search import (
+    SCORES,
+    SearchBenchConfig,
+    mean_scores,
+    passage_scores,
+    render,
+    route_shares,
+    run_search_bench,
+    salvage,
+)
+from simworld.simulators.envs.search import build_search_env
+from simworld.simulators.router import RouterConfig
+from simworld.worldmodel.context import Budget, Context
+from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.render import format_target, parse_target
+from simworld.worldmodel.world_model import Prediction
+
+
+class WordEncoder:
+    """One dimension per word of `vocabulary` (counts, L2-normalised): cosines by hand."""
+
+    def __init__(self, vocabulary: Sequence[str]) -> None:
+        self.vocabulary = list(vocabulary)
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        rows = np.zeros((len(texts), len(self.vocabulary)), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.replace('"', " ").split():
+                if word in self.vocabulary:
+                    rows[i, self.vocabulary.index(word)] += 1
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        return rows / np.where(norms == 0, 1, norms)
+
+
+class PassageModel:
+    """Answers every search with one made-up passage naming the query."""
+
+    def __init__(self) -> None:
+        self.budget = Budget(total=2048)
+        self.asked = 0
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]:
+        out = []
+        for ctx in batch:
+            self.asked += 1
+            action = ctx.action_record
+            assert isinstance(action, ToolCallsAction)
+            query = (action.calls[0].arguments or {})["query"]
+            hit = [{"id": "made-0", "title": "T", "text": f"about {query}", "score": 1.0}]
+            result = ToolResult("call_0_0", json.dumps(hit))
+            target = format_target(ToolResultsObservation([result]), None)
+            parsed = parse_target(target, action)
+            out.append(Prediction(parsed.observation, None, target, list(parsed.problems)))
+        return out
+
+
+def hit(pid: str, text: str) -> dict[str, Any]:
+    return {"id": pid, "title": "T", "text": text, "score": 1.0}
+
+
+A, B = hit("a", "x y"), hit("b", "x z")
+ENCODER = WordEncoder(["T", "x", "y", "z", "w"])
+# Contents are '"T"\n<text>': A = (T, x, y), B = (T, x, z), so cos(A, B) = 2/3.
+
+
+def test_scores_on_hand_computed_cases() -> None:
+    corpus = frozenset({"x y", "x z"})
+    real = [[A, B], [A, B], [A, B], [], []]
+    sim = [[A], [B, A], None, [], [A]]
+    rows = passage_scores(sim, real, ENCODER, corpus)
+    assert rows[0]["rank_cosine"] == pytest.approx(0.5, abs=1e-6)  # (1 + missing 0) / 2
+    assert rows[0]["best_cosine"] == pytest.approx((1 + 2 / 3) / 2, abs=1e-6)
+    assert rows[0]["content_overlap"] == rows[0]["id_overlap"] == 0.5
+    assert rows[0]["verbatim"] == 1.0
+    # words without stopwords: sim {t, x, y}, real {t, x, y, t, x, z}: 3 common of 3 and 6
+    assert rows[0]["token_f1"] == pytest.approx(2 * 1 * 0.5 / 1.5)
+    assert rows[1]["rank_cosine"] == pytest.approx(2 / 3, abs=1e-6)  # float32 embeddings
+    assert rows[1]["best_cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert rows[1]["content_overlap"] == 1.0 and rows[1]["token_f1"] == 1.0
+    assert rows[2] == dict.fromkeys(SCORES, 0.0)  # unreadable
+    assert rows[3] == dict.fromkeys(SCORES, 1.0) and rows[4] == dict.fromkeys(SCORES, 0.0)
+    made_up = passage_scores([[hit("q", "w y")]], [[A]], ENCODER, corpus)[0]
+    assert made_up["verbatim"] == 0.0 and made_up["id_overlap"] == 0.0
+    assert made_up["rank_cosine"] == pytest.approx(2 / 3, abs=1e-6)  # (T, w, y) against (T, x, y)
+    assert mean_scores(rows[:2])["content_overlap"] == 0.75
+    with pytest.raises(ValueError, match="1 simulated results for 2 real ones"):
+        passage_scores([[A]], [[A], [B]], ENCODER)
+
+
+def test_salvage_reads_the_passages_of_broken_json() -> None:
+    broken = '[{"id":"a-1","title":"T","text":"say \\"hi\\"","score":7. oops},{"id":"b-2","text":"x'
+    assert salvage(broken) == [
+        {"id": "a-1", "title": "T", "text": 'say "hi"', "score": 0.0},
+        {"id": "b-2", "title": "", "text": "", "score": 0.0},  # its text never closes
+    ]
+    assert salvage('[{"title":"T"}]') == [{"id": "", "title": "T", "text": "", "score": 0.0}]
+    assert salvage("nothing here") == []
+
+
+def corpus_file(tmp_path: Path) -> Path:
+    rows = [
+        {"id": f"d{i}", "title": f"Topic {i}", "text": f"alpha{i} beta{i % 5} gamma{i % 3} oak"}
+        for i in range(60)
+    ]
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_shares_per_pass_come_from_running_the_router(tmp_path: Path) -> None:
+    env = build_search_env(load_corpus(corpus_file(tmp_path)))
+    model = PassageModel()
+    # alpha7 reads 1 posting of 60, oak 60 of 60: only the first is cheap enough.
+    shares = route_shares(env, model, ["alpha7", "oak"], 1, RouterConfig(max_real_cost=0.1), 2)
+    assert shares == [
+        {"cache": 0.0, "real": 0.5, "model": 0.5},
+        {"cache": 0.5, "real": 0.5, "model": 0.0},
+    ]
+    assert model.asked == 1
+
+
+def test_the_bench_reports_model_random_and_shares(tmp_path: Path) -> None:
+    cfg = SearchBenchConfig(corpus=str(corpus_file(tmp_path)), split="train", limit=6)
+    model = PassageModel()
+    report = run_search_bench(cfg, model, ENCODER)
+    assert report["queries"] == 6 and report["unreadable"] == 0
+    assert report["model"]["verbatim"] == 0.0 and report["model"]["id_overlap"] == 0.0
+    assert report["random"]["verbatim"] == 1.0
+    assert len(report["shares"]) == 2 and report["shares"][1]["model"] == 0.0
+    assert sum(report["shares"][0].values()) == pytest.approx(1.0)
+    assert "| model |" in render(report) and "| 2 |" in render(report)
+    with pytest.raises(ValueError, match="split must be one of"):
+        SearchBenchConfig(split="dev")
+
+
+@pytest.mark.slow  # the command imports torch before it finds no checkpoint
+def test_bench_command_refuses_a_missing_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from simworld.cli import main
+
+    assert main(["bench", "search", "--model", str(tmp_path / "none"), "--limit", "2"]) == 2
+    assert capsys.readouterr().err.startswith("simworld bench search: ")
+
+
+@pytest.mark.slow
+def test_real_embeddings_score_bm25_against_itself_as_one(tmp_path: Path) -> None:
+    from simworld.eval.embedding import load_encoder
+
+    encoder = load_encoder()
+    real = [[A, B], [hit("c", "The for statement iterates over a sequence.")]]
+    same = passage_scores(real, real, encoder)
+    assert all(row[k] == pytest.approx(1.0, abs=1e-5) for row in same for k in SCORES[:5])
+    cfg = SearchBenchConfig(corpus=str(corpus_file(tmp_path)), split="train", limit=4)
+    report = run_search_bench(cfg, PassageModel(), encoder)
+    assert 0.0 < report["model"]["best_cosine"] < 1.0
+    assert 0.0 < report["random"]["best_cosine"] < 1.0
