@@ -21,21 +21,20 @@ A request of more than `max_batch` contexts is one call of its own (the transfor
 engine cuts it into its own `batch_size` chunks).
 
 Which requests share a call. `predict` takes one GenerationConfig for the whole batch, so
-only requests with equal configs (`None`, the model's own `generation`, counts as that
-config) can share; and only when decoding is greedy:
-- greedy rows do not depend on each other: the transformers engine's own decode path masks
-  padding and skips it in rotary positions, HF `generate` left-pads, and both give a row
-  the same tokens alone or in a batch (tests/worldmodel/test_engines.py checks both);
-- seeded sampling (`do_sample=True`, e.g. the router's retries) is never merged. The own
-  decode path, the OpenAI and the vLLM engines draw row `i` of a request with a generator
-  seeded `cfg.seed + i` (decode.py `_sample`, one `torch.Generator` per row): a row's draw
-  is independent of the other rows' content but not of its index, so a one-context request
-  merged behind another would be drawn with seed `cfg.seed + 1` instead of `cfg.seed`.
-  HF `generate` (`decode="generate"`) seeds the global generator once per chunk with its
-  first row's seed, so there even the content of the other rows changes a draw. Requests
-  whose seeds chain (`b.seed == a.seed + len(a)`) could share a call on the first three
-  engines, but the router's retry seeds are hashes, so they would almost never meet; a
-  sampled request runs alone, and a seeded session repeats whatever the server's load.
+only requests whose configs agree (`None`, the model's own `generation`, counts as that
+config) can share:
+- greedy requests with equal configs: greedy rows do not depend on each other (the
+  transformers engine's own decode path masks padding and skips it in rotary positions,
+  HF `generate` left-pads; both give a row the same tokens alone or in a batch,
+  tests/worldmodel/test_engines.py checks both);
+- seeded sampling (`do_sample=True`, e.g. the router's retries) with configs equal but for
+  their seeds, when the inner model has `independent_rows` (a row's draw depends only on
+  its context and its row seed: the own decode path, the MDLM, OpenAI and vLLM engines).
+  The merged call lists every row's own seed in `GenerationConfig.row_seeds` (row j of a
+  request gets the seed `cfg.row_seed(j)` it would get alone), so each caller draws
+  exactly what it would draw alone, whatever the server's load. Under HF `generate`
+  (`decode="generate"`), which seeds the global generator once per chunk, a sampled
+  request runs alone.
 A model without a `generation` attribute is assumed to decode its default deterministically.
 
 Prefix reuse (what the engine already does; nothing is added here). The transformers
@@ -71,7 +70,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from simworld.worldmodel.context import Context
@@ -185,11 +184,20 @@ class BatchingModel:
         if self._worker is not None and self._worker is not threading.current_thread():
             self._worker.join()
 
+    @property
+    def independent_rows(self) -> bool:
+        """The inner model's `independent_rows` (False when it does not say)."""
+        return bool(getattr(self.model, "independent_rows", False))
+
     def _merge_key(self, cfg: GenerationConfig | None) -> Hashable | None:
         resolved = cfg if cfg is not None else self.generation
         if resolved is None:
             return _OWN_DEFAULT
-        return None if resolved.do_sample else resolved
+        if not resolved.do_sample:
+            return resolved
+        if not self.independent_rows:
+            return None
+        return ("sampled", replace(resolved, seed=0, row_seeds=()))  # all but the seeds
 
     def _serve(self) -> None:
         """The worker: gather a batch, run it, until closed and drained."""
@@ -237,8 +245,17 @@ class BatchingModel:
 
     def _run(self, group: list[_Request]) -> None:
         contexts = [ctx for request in group for ctx in request.contexts]
+        cfg = group[0].cfg
+        first = cfg if cfg is not None else self.generation
+        if len(group) > 1 and first is not None and first.do_sample:
+            # sampled requests, equal but for their seeds: each row keeps its own seed
+            seeds: list[int] = []
+            for request in group:
+                own = request.cfg if request.cfg is not None else first
+                seeds += [own.row_seed(j) for j in range(len(request.contexts))]
+            cfg = replace(first, row_seeds=tuple(seeds))
         try:
-            predictions = self._call(contexts, group[0].cfg)
+            predictions = self._call(contexts, cfg)
         # Whatever the inner model raises belongs to its callers; the worker must survive
         # it, or every later caller would wait forever.
         except BaseException as exc:

@@ -23,8 +23,8 @@ as `other`, never counted. Steps/s is counted / window; p50 and p99 are the clie
 latencies (request sent to response parsed) of the counted steps; the mean batch is the
 growth of `/metrics` `simworld_batch_size` (_sum / _count) across the window (none:
 batching off, no batched call is counted); retries is `info.retries` per counted step, the
-router's sampled re-asks of a prediction with problems, which the batching model never
-merges (batching.py says why), so each is a model call of one context.
+router's sampled re-asks of a prediction with problems (one more model context each; the
+batching model merges them with other sessions' re-asks, each keeping its own seed).
 
 Rows:
 1. throughput, the exact cache off (every step is the model's): one server with batching

@@ -29,14 +29,14 @@ The output is each row's tokens before its first `<eos>` or `<pad>`.
 
 Rows may have prefixes of different lengths: they are right-padded, masked as keys, and
 rotary positions count only real tokens, so a row samples the same alone or in a batch.
-Row i of a request uses generator seed `cfg.seed + i`; greedy is deterministic.
+Row i of a request uses generator seed `cfg.row_seed(i)`; greedy is deterministic.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
@@ -128,7 +128,7 @@ def sample_tokens(
     started = time.perf_counter()
     prefix = model.encode_prefix(ids, valid)
     prefix_seconds, passes = time.perf_counter() - started, 1
-    gens = [torch.Generator().manual_seed(cfg.seed + b) for b in range(B)]
+    gens = [torch.Generator().manual_seed(cfg.row_seed(b)) for b in range(B)]
     # === 2. an all-mask target
     x = torch.full((B, L), model.mask_id, dtype=torch.long, device=dev)  # (B, L)
     after = torch.arange(L, device=dev)  # (L,)
@@ -160,6 +160,8 @@ class MDLMEngine:
     per observation of the last `generate` call (one entry per prompt); `passes`,
     `observations` and `prefix_seconds` (time spent encoding prefixes) add up over the
     engine's life."""
+
+    independent_rows = True  # a row samples the same alone or in a batch, with its seed
 
     def __init__(
         self,
@@ -196,15 +198,9 @@ class MDLMEngine:
         self.last_passes = []
         for lo in range(0, len(rows), self.batch_size):
             chunk = rows[lo : lo + self.batch_size]
-            # row i of the request keeps seed cfg.seed + i whatever chunk it lands in
-            chunk_cfg = GenerationConfig(
-                max_new_tokens=cfg.max_new_tokens,
-                do_sample=cfg.do_sample,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                seed=cfg.seed + lo,
-                stop=cfg.stop,
-            )
+            # row i of the request keeps seed cfg.row_seed(i) whatever chunk it lands in
+            seeds = tuple(cfg.row_seed(lo + b) for b in range(len(chunk)))
+            chunk_cfg = replace(cfg, row_seeds=seeds)
             got = sample_tokens(
                 self.model,
                 chunk,

@@ -24,7 +24,7 @@ parser cannot read is reported in `Prediction.problems`, never raised.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -100,12 +100,23 @@ class TextWorldModel:
     ) -> list[Prediction]:
         cfg = cfg or self.generation
         batch = [self.with_example(ctx) for ctx in batch]
-        if self.chat:
-            texts = [self._chat_one(ctx, cfg) for ctx in batch]
+        if self.chat:  # one conversation a call: row i keeps its own seed
+            texts = [
+                self._chat_one(ctx, replace(cfg, seed=cfg.row_seed(i), row_seeds=()))
+                for i, ctx in enumerate(batch)
+            ]
         else:
             assert isinstance(self.engine, Engine)
             texts = self.engine.generate([render_prompt(ctx) for ctx in batch], cfg)
         return [_parse(text, ctx) for text, ctx in zip(texts, batch, strict=True)]
+
+    @property
+    def independent_rows(self) -> bool:
+        """Whether a row's prediction depends only on its context and its row seed
+        (`GenerationConfig.row_seed`), whatever else is in the batch: what lets a server
+        merge sampled requests. Engines say so with `independent_rows`; one that does not
+        is taken not to."""
+        return bool(getattr(self.engine, "independent_rows", False))
 
     def with_example(self, ctx: Context) -> Context:
         """`ctx` with its nearest recorded step as the example block (when this model has a

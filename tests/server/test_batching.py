@@ -1,13 +1,15 @@
 """Request batching on the tiny trained checkpoint: concurrent callers get exactly what they
-would get alone, their calls really merge (within max_batch, greedy and same-config only),
+would get alone, their calls really merge (within max_batch, configs equal but for seeds),
 the inner model runs one call at a time, batching off passes through, an inner failure
-reaches every caller of its batch and nothing else, and close stops the worker."""
+reaches every caller of its batch and nothing else, and close stops the worker. Sampled
+requests merge too, each row keeping its own seed, on engines whose rows are independent."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +52,7 @@ class Watched:
         self.inner = inner
         self.budget = inner.budget
         self.generation = inner.generation
+        self.independent_rows = inner.independent_rows
         self.sizes: list[int] = []
         self.fail_next = False
         self._lock = threading.Lock()
@@ -157,23 +160,44 @@ def test_batching_off_passes_calls_through_one_at_a_time(
         model.predict(contexts[:1])
 
 
-def test_only_equal_greedy_configs_share_a_call(
+def test_requests_share_a_call_only_with_their_like(
     wm: TextWorldModel, contexts: list[Context]
 ) -> None:
     short = GenerationConfig(max_new_tokens=6)
-    cfgs: list[GenerationConfig | None] = [None, short, SAMPLED, wm.generation] * 3
-    # the premise: a sampled row merged behind another would be drawn differently
+    other_seed = replace(SAMPLED, seed=12)
+    cfgs: list[GenerationConfig | None] = [None, short, SAMPLED, wm.generation, other_seed] * 3
+    # the premise: a sampled row merged behind another under the request's own seed would
+    # be drawn differently; merged calls give each row its own seed (row_seeds) instead
     merged = wm.predict(contexts[:2], SAMPLED)[1]
     assert merged != wm.predict(contexts[1:2], SAMPLED)[0]
     expected = [wm.predict([contexts[i]], cfg)[0] for i, cfg in enumerate(cfgs)]
     inner = Watched(wm)
     model = BatchingModel(inner, max_batch=16, max_wait_ms=300)
+    assert model.independent_rows  # the tiny Llama runs on the own decode path
     try:
         got = concurrently(len(cfgs), lambda i: model.predict([contexts[i]], cfgs[i]))
+        # every caller draws exactly what it drew alone, merged or not
         assert [p for (p,) in got] == expected
-        # 3 sampled calls alone; None and the model's own config merge; `short` apart
-        assert len(inner.sizes) >= 5 and inner.sizes.count(1) >= 3
-        assert max(inner.sizes) > 1
+        # None and the model's own config merge; the sampled ones (both seeds) merge;
+        # `short` stays apart: three kinds of call, far fewer calls than requests
+        assert sum(inner.sizes) == 15 and len(inner.sizes) < 15 and max(inner.sizes) > 3
+    finally:
+        model.close()
+
+
+def test_sampled_requests_run_alone_when_rows_are_not_independent(
+    tiny_checkpoint: Path, contexts: list[Context]
+) -> None:
+    hf = load_world_model(tiny_checkpoint, device="cpu", decode="generate")
+    assert not hf.independent_rows  # HF generate seeds a whole batch at once
+    inner = Watched(hf)
+    model = BatchingModel(inner, max_batch=16, max_wait_ms=300)
+    try:
+        got = concurrently(6, lambda i: model.predict([contexts[i]], replace(SAMPLED, seed=i)))
+        assert all(len(p) == 1 for p in got) and inner.sizes == [1] * 6
+        # greedy requests still merge on that engine
+        concurrently(6, lambda i: model.predict([contexts[i]]))
+        assert max(inner.sizes[6:]) > 1
     finally:
         model.close()
 

@@ -102,6 +102,24 @@ def test_own_path_sampling_ignores_batch_composition() -> None:
     assert together == [tiny_tokenizer().decode(a) for a in alone]
 
 
+def test_row_seeds_give_each_row_the_draw_it_gets_alone() -> None:
+    ps = mixed_prompts()
+    seeds = tuple(100 + 7 * i for i in range(len(ps)))
+    merged = GenerationConfig(**{**SAMPLED.__dict__, "row_seeds": seeds})
+    eng = engine("own", batch_size=8)
+    assert eng.independent_rows and not engine("generate").independent_rows
+    together = eng.generate(ps, merged)
+    alone = [
+        eng.generate([p], GenerationConfig(**{**SAMPLED.__dict__, "seed": s}))[0]
+        for p, s in zip(ps, seeds, strict=True)
+    ]
+    assert together == alone
+    assert [merged.row_seed(i) for i in range(len(ps))] == list(seeds)
+    assert SAMPLED.row_seed(2) == SAMPLED.seed + 2  # without row seeds: seed + row
+    with pytest.raises(ValueError, match="row 6 has no seed"):
+        merged.row_seed(len(ps))
+
+
 def test_chat_retries_are_bounded_and_reported() -> None:
     eng = engine("own", max_retries=2)
     convs = conversations(3)

@@ -9,9 +9,13 @@ not included). Which text to send is the serialization's business, not the engin
     engine = load_engine("transformers", model=model, tokenizer=tokenizer)
     texts = engine.generate(prompts, GenerationConfig(max_new_tokens=64))
 
-Seeds: row `i` of a request is sampled with seed `cfg.seed + i`, so an output depends on its
-prompt, the seed and its index, not on the other prompts (the transformers engine's own
-decode path and the OpenAI engine follow this; HF `generate` only repeats a same batch).
+Seeds: row `i` of a request is sampled with seed `cfg.row_seed(i)`: `cfg.seed + i`, or
+`cfg.row_seeds[i]` when the config lists one seed per row. So an output depends on its
+prompt and its row's seed, not on the other prompts (the transformers engine's own decode
+path, the masked-diffusion, OpenAI and vLLM engines follow this, and say so with
+`independent_rows = True`; HF `generate` only repeats a same batch). Per-row seeds let a
+server merge sampled requests of several callers into one call (server/batching.py), each
+row drawn as its caller alone would have drawn it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class GenerationConfig:
     top_p: float = 1.0
     seed: int = 0
     stop: tuple[str, ...] = ()
+    row_seeds: tuple[int, ...] = ()  # one seed per row of the request; () means seed + i
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -57,6 +62,18 @@ class GenerationConfig:
             raise TypeError("stop is a tuple of strings: write stop=('\\n\\n',), not a string")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+        if not isinstance(self.row_seeds, tuple):
+            raise TypeError("row_seeds is a tuple of ints, one per row")
+
+    def row_seed(self, row: int) -> int:
+        """The seed row `row` of a request samples with."""
+        if not self.row_seeds:
+            return self.seed + row
+        if row >= len(self.row_seeds):
+            raise ValueError(
+                f"row {row} has no seed: row_seeds lists {len(self.row_seeds)}, one per row"
+            )
+        return self.row_seeds[row]
 
 
 @runtime_checkable
@@ -133,6 +150,7 @@ def _retry_config(cfg: GenerationConfig, attempt: int) -> GenerationConfig:
         top_p=cfg.top_p,
         seed=cfg.seed + 1000 * attempt,
         stop=cfg.stop,
+        row_seeds=tuple(s + 1000 * attempt for s in cfg.row_seeds),
     )
 
 

@@ -8,7 +8,7 @@ Two decode paths with the same greedy outputs:
 - `decode="own"` (default for Llama models): `decode.lean_generate` over `lean.LeanLlama`,
   static KV cache tensors, a prefix shared by a batch prefilled once, prefixes kept across
   calls (`prefix_cache_size` entries), per-row seeds (row i of a request samples with seed
-  `cfg.seed + i`, whatever else is in the batch).
+  `cfg.row_seed(i)`, whatever else is in the batch: `independent_rows`).
 - `decode="generate"`: HF `model.generate` (left padding, its dynamic KV cache); any causal
   LM; sampling repeats for the same batch and seed only.
 
@@ -80,6 +80,12 @@ class TransformersEngine:
         self.last_report = RetryReport()
         self._lock = threading.Lock()
 
+    @property
+    def independent_rows(self) -> bool:
+        """Whether a row's output depends only on its prompt and its row seed (the own
+        decode path); HF `generate` seeds a whole batch at once."""
+        return self.lean is not None
+
     def generate(self, prompts: Sequence[str], cfg: GenerationConfig) -> list[str]:
         rows = self._encode(prompts, add_special_tokens=True)
         return self._complete(rows, cfg, list(range(len(rows))))
@@ -122,15 +128,15 @@ class TransformersEngine:
         self, rows: Sequence[list[int]], cfg: GenerationConfig, seed_offsets: Sequence[int] = ()
     ) -> list[list[int]]:
         """Token-level generation: new tokens per row (end token excluded), in sorted
-        batches of `batch_size`; row j samples with seed `cfg.seed + seed_offsets[j]`
-        (default: j)."""
+        batches of `batch_size`; row j samples with seed `cfg.row_seed(seed_offsets[j])`
+        (default: `cfg.row_seed(j)`)."""
         offsets = list(seed_offsets) or list(range(len(rows)))
         order = sorted(range(len(rows)), key=lambda i: rows[i])
         out: list[list[int]] = [[] for _ in rows]
         with self._lock:
             for lo in range(0, len(order), self.batch_size):
                 chunk = order[lo : lo + self.batch_size]
-                seeds = [cfg.seed + offsets[i] for i in chunk]
+                seeds = [cfg.row_seed(offsets[i]) for i in chunk]
                 new = self._generate_ids([list(rows[i]) for i in chunk], cfg, seeds)
                 for i, ids in zip(chunk, new, strict=True):
                     out[i] = ids

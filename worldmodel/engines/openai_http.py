@@ -5,7 +5,7 @@
 
 `generate_chat` posts one `/chat/completions` request per conversation (`concurrency` at a
 time) with `max_tokens`, `temperature` (0 when greedy), `top_p`, `seed` (conversation i
-gets `cfg.seed + i`, as the transformers engine's own path does), `stop`, and, with
+gets `cfg.row_seed(i)`, as the transformers engine's own path does), `stop`, and, with
 `json_mode=True` (default), `response_format: {"type": "json_object"}` to ask for JSON-only
 output. OpenAI, vLLM's and llama.cpp's servers accept that field; a server that rejects it
 answers 400 and the error says to pass `json_mode=False`. Outputs that `validate` rejects
@@ -43,6 +43,8 @@ class EndpointError(RuntimeError):
 
 class OpenAIEngine:
     """Chat (and optionally text) completions from an OpenAI-compatible HTTP endpoint."""
+
+    independent_rows = True  # each row is a request of its own, with its own seed
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class OpenAIEngine:
             "max_tokens": cfg.max_new_tokens,
             "temperature": cfg.temperature if cfg.do_sample else 0.0,
             "top_p": cfg.top_p,
-            "seed": cfg.seed + row,
+            "seed": cfg.row_seed(row),
         }
         if cfg.stop:
             body["stop"] = list(cfg.stop)

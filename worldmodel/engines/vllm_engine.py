@@ -69,6 +69,8 @@ def check_versions() -> None:
 class VLLMEngine:
     """Offline vLLM generation on GPUs; same `GenerationConfig` and seeds as the others."""
 
+    independent_rows = True  # per-request SamplingParams seeds
+
     def __init__(
         self,
         model: str,
@@ -101,7 +103,7 @@ class VLLMEngine:
                 max_tokens=cfg.max_new_tokens,
                 temperature=cfg.temperature if cfg.do_sample else 0.0,
                 top_p=cfg.top_p,
-                seed=cfg.seed + row,
+                seed=cfg.row_seed(row),
                 stop=list(cfg.stop) or None,
             )
             for row in rows
