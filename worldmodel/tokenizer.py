@@ -17,6 +17,7 @@ never inserts special tokens: callers build `prompt + target + eos` themselves.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -84,9 +85,12 @@ def encode(tok: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def token_counter(tok: PreTrainedTokenizerBase) -> Callable[[str], int]:
-    """How many tokens `tok` makes of a text (no special tokens): a Budget's `count`."""
+def token_counter(tok: PreTrainedTokenizerBase, cache: int = 4096) -> Callable[[str], int]:
+    """How many tokens `tok` makes of a text (no special tokens): a Budget's `count`. The
+    last `cache` texts' counts are kept: fitting a context to its budget counts the same
+    block renderings many times, and a session's next step renders most of them again."""
 
+    @functools.lru_cache(maxsize=cache)
     def count(text: str) -> int:
         return len(encode(tok, text))
 
