@@ -54,6 +54,13 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         type=int,
         help="budget of the similar-recorded-step block (default: the preset's; 0: none)",
     )
+    sft.add_argument(
+        "--copy-augment",
+        type=int,
+        metavar="N",
+        help="N renamed variants of each tool-call pair, names an observation copies from "
+        "its context made fresh (default: the preset's; 0: none)",
+    )
     _configure_grpo(recipes)
     _configure_mdlm(recipes)
     return _recipe
@@ -231,6 +238,7 @@ def _sft(args: argparse.Namespace) -> int:
             base=args.base,
             lora_r=args.lora_r,
             example_tokens=args.example_tokens,
+            copy_augment=args.copy_augment,
             init=args.init,
             lr=args.lr,
         )

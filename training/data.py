@@ -19,6 +19,7 @@ the checkpoint records.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,10 +28,11 @@ from pathlib import Path
 from simworld.data.bundle import exclude_apis as drop_apis
 from simworld.data.bundle import load_bundled
 from simworld.data.formats import read_episodes
-from simworld.data.records import Episode
+from simworld.data.records import Episode, ToolCallsAction
+from simworld.training.augment import AugmentReport, CopyAugment, Pair, copy_variants
 from simworld.training.batching import Example
-from simworld.worldmodel.context import Budget, build_context, with_example
-from simworld.worldmodel.render import render_prompt, render_target
+from simworld.worldmodel.context import Budget, Context, build_context, with_example
+from simworld.worldmodel.render import render_prompt, render_target, section
 from simworld.worldmodel.retrieval import Retriever
 from simworld.worldmodel.views import BudgetError
 
@@ -43,14 +45,18 @@ class ExampleReport:
     over_budget: int = 0  # the context could not be made to fit the prompt budget
     long_target: int = 0  # the target is longer than max_target_tokens
     per_env: Counter[str] = field(default_factory=Counter)
+    augment: AugmentReport | None = None  # renamed variants (copy augmentation), when asked
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "kept": self.kept,
             "over_budget": self.over_budget,
             "long_target": self.long_target,
             "per_env": dict(sorted(self.per_env.items())),
         }
+        if self.augment is not None:
+            out["augment"] = self.augment.as_dict()
+        return out
 
 
 def load_split(
@@ -76,11 +82,14 @@ def to_examples(
     max_target_tokens: int,
     memory: Retriever | None = None,
     exclude_own: bool = False,
+    augment: CopyAugment | None = None,
 ) -> tuple[list[Example], ExampleReport]:
     """Every step of every episode as an Example (prompt within `budget`, with its nearest
     step in `memory` as the example; from other scenarios only with `exclude_own`), grouped
-    by scenario; over-long steps are counted in the report, not silently dropped."""
+    by scenario; over-long steps are counted in the report, not silently dropped. With
+    `augment`, the renamed variants (`simworld.training.augment`) that still fit follow."""
     examples: list[Example] = []
+    pairs: list[Pair] = []
     report = ExampleReport()
     for episode in episodes:
         for index in range(len(episode.steps)):
@@ -98,9 +107,32 @@ def to_examples(
                 report.long_target += 1
                 continue
             examples.append(Example(render_prompt(ctx), target, episode.task.id, episode.env))
+            pairs.append(_pair(examples[-1], ctx))
             report.kept += 1
             report.per_env[episode.env] += 1
+    if augment is not None and augment.copies:
+
+        def fits(ex: Example) -> bool:
+            within = budget.count(ex.prompt) <= budget.total + budget.example
+            return within and budget.count(ex.target) <= max_target_tokens
+
+        variants, report.augment = copy_variants(pairs, augment, fits)
+        examples += variants
     return examples, report
+
+
+def _pair(example: Example, ctx: Context) -> Pair:
+    """What copy augmentation needs of a pair: its fixed blocks' text, the env and first
+    tool its target's vocabulary is counted under ("": a text action, never renamed) and
+    its calls' argument values."""
+    action = ctx.action_record
+    if not isinstance(action, ToolCallsAction) or not action.calls:
+        return Pair(example, "", "")
+    fixed = "".join(section(b, getattr(ctx, b)) for b in ("tools", "rules", "steering"))
+    values: list[object] = []
+    for call in action.calls:
+        values += [call.raw_arguments] if call.arguments is None else list(call.arguments.values())
+    return Pair(example, fixed, f"{ctx.env}:{action.calls[0].name}", json.dumps(values))
 
 
 __all__ = ["ExampleReport", "load_split", "to_examples"]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from simworld.training.augment import CopyAugment
 from simworld.training.batching import Example
 from simworld.training.data import ExampleReport, load_split, to_examples
 from simworld.training.sft import SFTConfig, evaluate, train_sft, val_subsets
@@ -54,6 +55,7 @@ class Recipe:
     max_target_tokens: int
     env_caps: tuple[tuple[str, int], ...] = ()
     example_tokens: int = 0  # the example block's budget, on top of budget_tokens (0: none)
+    copy_variants: int = 0  # renamed variants per tool-call pair (training.augment; 0: none)
 
 
 # The default trains without the example block: with a 160-token block (and FrozenLake
@@ -86,6 +88,7 @@ class SFTRun:
     base: str | None = None  # pretrained base: a local HF directory or "smollm2-gguf"
     lora_r: int = 0
     example_tokens: int | None = None  # the example block's budget (None: the preset's)
+    copy_augment: int | None = None  # renamed variants per tool-call pair (None: the preset's)
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
 
@@ -94,6 +97,8 @@ class SFTRun:
             raise ValueError(f"unknown preset {self.preset!r}: choose one of {sorted(RECIPES)}")
         if self.example_tokens is not None and self.example_tokens < 0:
             raise ValueError(f"example_tokens must be >= 0 (0: none), got {self.example_tokens}")
+        if self.copy_augment is not None and self.copy_augment < 0:
+            raise ValueError(f"copy_augment must be >= 0 (0: none), got {self.copy_augment}")
         if self.init is not None and (self.base is not None or self.example_tokens is not None):
             raise ValueError(
                 "init continues a checkpoint with its own recipe: drop base and example_tokens"
@@ -112,6 +117,8 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     recipe = RECIPES[run.preset]
     if run.example_tokens is not None:
         recipe = replace(recipe, example_tokens=run.example_tokens)
+    if run.copy_augment is not None:
+        recipe = replace(recipe, copy_variants=run.copy_augment)
     cfg = SFTConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int | None = None  # a base counts approximately
     base = run.base  # the weights to start from: a pretrained base, or the continued start
@@ -147,6 +154,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     extra = {
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
+        "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
         "max_new_tokens": cfg.max_new_tokens,
@@ -195,7 +203,10 @@ def build_pairs(
                                     tokenizer)  # fmt: skip
     if tokenizer is not None:
         budget = replace(budget, count=token_counter(tokenizer))
-    train, train_report = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
+    augment = CopyAugment(recipe.copy_variants, seed=run.seed) if recipe.copy_variants else None
+    train, train_report = to_examples(
+        train_eps, budget, recipe.max_target_tokens, memory, True, augment
+    )
     val, val_report = to_examples(val_eps, budget, recipe.max_target_tokens, memory)
     train = _cap(train, dict(recipe.env_caps), run.seed)
     if run.limit is not None:
