@@ -1,7 +1,8 @@
 """Evaluation during SFT: target-only loss, batched greedy decoding, exact match.
 
-`greedy_decode` is the one place SFT generates text; it uses `model.generate` (KV cache,
-left padding) and is kept small so an inference engine can replace it later.
+`greedy_decode` is the one place SFT generates text: the transformers engine's own decode
+path (what serving runs) for a model it supports, a copy-head model included, else
+`model.generate` (KV cache, left padding; a LoRA-wrapped base, for example).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from simworld.training.batching import IGNORE, Encoded, Example, bucket_plan, collate
+from simworld.worldmodel.copy_head import MODEL_TYPE as COPY_MODEL_TYPE
+from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.engines.hf import TransformersEngine
+from simworld.worldmodel.engines.lean import unsupported_reason
 from simworld.worldmodel.tokenizer import decode, encode
 
 
@@ -57,6 +62,12 @@ def greedy_decode(
     model.train(False)  # eval mode
     eos, pad = tok.eos_token_id, tok.pad_token_id
     keep = max(1, max_len - max_new_tokens)
+    if isinstance(model, PreTrainedModel) and unsupported_reason(model) is None:
+        # a fresh engine: its lean weights are copies, taken from the weights as they are now
+        engine = TransformersEngine(model, tok, batch_size=batch_size, prefix_cache_size=0)
+        rows = [encode(tok, p)[-keep:] for p in prompts]
+        new = engine.generate_tokens(rows, GenerationConfig(max_new_tokens=max_new_tokens))
+        return [decode(tok, ids) for ids in new]
     out: list[str] = []
     for start in range(0, len(prompts), batch_size):
         ids = [encode(tok, p)[-keep:] for p in prompts[start : start + batch_size]]
@@ -73,6 +84,8 @@ def greedy_decode(
             do_sample=False,
             eos_token_id=eos,
             pad_token_id=pad,
+            # a copy head (under LoRA, say) needs every position each step: no cache
+            use_cache=model.config.model_type != COPY_MODEL_TYPE,
         )  # (B, P + N)
         for row in gen[:, width:].tolist():  # (B, N) new tokens
             cut = row.index(eos) if eos in row else len(row)

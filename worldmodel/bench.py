@@ -24,6 +24,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from simworld.worldmodel.copy_head import is_copy_model, without_copy_head
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.hf import DecodePath, TransformersEngine
 
@@ -162,7 +163,11 @@ def decode_benchmark(
     label: str = "",
 ) -> list[BenchRow]:
     """Time greedy decoding of `new_tokens` per prompt for each path and batch size; a
-    batch of b times ceil(4 / b) * b prompts (at least 4 observations). Prints the table."""
+    batch of b times ceil(4 / b) * b prompts (at least 4 observations). Prints the table.
+
+    A copy-head model (copy_head.py) cannot keep its pointer in HF's KV cache, so its
+    "generate" rows run the same Llama without the head (`without_copy_head`: the same
+    weights, a little less work per token): the decode machinery at equal size."""
     rate = matmul_rate()
     params = sum(p.numel() for p in model.parameters())
     rows = tokenizer(list(prompts))["input_ids"]
@@ -173,7 +178,10 @@ def decode_benchmark(
             n = max(batch, 4 // batch * batch)
             if len(rows) < n + batch:
                 raise ValueError(f"need at least {n + batch} prompts for batch {batch}")
-            engine = TransformersEngine(model, tokenizer, decode=path, batch_size=batch)
+            runs = (
+                without_copy_head(model) if path == "generate" and is_copy_model(model) else model
+            )
+            engine = TransformersEngine(runs, tokenizer, decode=path, batch_size=batch)
             engine.generate_tokens(rows[-batch:], cfg)  # warm-up on other prompts
             t0 = time.perf_counter()
             out = engine.generate_tokens(rows[:n], cfg)

@@ -27,6 +27,7 @@ from typing import Any
 
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from simworld.worldmodel.copy_head import register
 from simworld.worldmodel.tokenizer import load_tokenizer
 
 SCHEMA_VERSION = 1
@@ -108,6 +109,7 @@ def load_checkpoint(
             f"{path} holds a {meta.kind!r} checkpoint, not an AR one: load it with "
             "simworld.worldmodel.load_world_model"
         )
+    register()  # AR checkpoints may hold a copy-head model (copy_head.py)
     model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     model.train(False)  # eval mode
     return model, load_tokenizer(path), meta

@@ -89,7 +89,7 @@ def test_loss_falls_on_bundled_pairs(tmp_path: Path) -> None:
 
 
 def test_tiny_model_overfits_twenty_pairs_to_exact_match(tmp_path: Path) -> None:
-    cfg = SFTConfig.preset("tiny", epochs=200, exact_samples=20, progress=False)
+    cfg = SFTConfig.preset("tiny", epochs=300, exact_samples=20, progress=False)
     metrics = train_sft(cfg, PAIRS, PAIRS, tmp_path)
     assert metrics["val_exact"] == 1.0
 

@@ -73,7 +73,7 @@ def _prefill_prefix(lean: LeanLlama, prefix: list[int], cache: PrefixCache) -> K
     out = lean.new_cache(1, P)
     known, hit = cache.longest_match(prefix)
     if hit is not None:
-        for dst, src in zip(out.k + out.v, hit.k + hit.v, strict=True):
+        for dst, src in zip(out.tensors(), hit.tensors(), strict=True):
             dst[:, :, :known] = src[:, :, :known]
     if known < P:
         dev = lean.device
@@ -98,7 +98,7 @@ def _prefill_batch(
     key_valid = torch.zeros(B, batch.capacity, dtype=torch.bool, device=dev)
     if P > 0:
         shared = _prefill_prefix(lean, rows[0][:P], cache)
-        for dst, src in zip(batch.k + batch.v, shared.k + shared.v, strict=True):
+        for dst, src in zip(batch.tensors(), shared.tensors(), strict=True):
             dst[:, :, :P] = src  # (1, Hkv, P, hd) broadcast over rows
         key_valid[:, :P] = True
     lengths = torch.tensor([len(s) for s in suffixes], device=dev)  # (B,)
@@ -111,7 +111,7 @@ def _prefill_batch(
     key_valid[:, P : P + Ts] = real
     pos = (P + t - pad[:, None]).clamp(min=0)  # (B, Ts)
     hidden = lean.forward(ids, pos, batch, P, key_valid)  # (B, D)
-    return batch, key_valid, P + lengths, lean.logits(hidden)
+    return batch, key_valid, P + lengths, lean.logits(hidden, batch, key_valid, P + Ts)
 
 
 def _sample(logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator]) -> Tensor:
@@ -168,7 +168,7 @@ def lean_generate(
             break
         if sum(done) * 2 >= len(live):  # compact: finished rows stop costing compute
             keep = torch.tensor([b for b, d in enumerate(done) if not d], device=dev)  # (b',)
-            batch = KVCache(k=[t[keep] for t in batch.k], v=[t[keep] for t in batch.v])
+            batch = batch.select(keep)
             key_valid, next_pos, token = key_valid[keep], next_pos[keep], token[keep]
             gens = [gens[b] for b in keep.tolist()]
             live = [live[b] for b in keep.tolist()]
@@ -176,5 +176,5 @@ def lean_generate(
         key_valid[:, slot + step] = True
         pos = (next_pos + step)[:, None]  # (b, 1)
         hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid)  # (b, D)
-        logits = lean.logits(hidden)  # (b, V)
+        logits = lean.logits(hidden, batch, key_valid, slot + step + 1)  # (b, V)
     return out

@@ -10,7 +10,8 @@ Two decode paths with the same greedy outputs:
   calls (`prefix_cache_size` entries), per-row seeds (row i of a request samples with seed
   `cfg.row_seed(i)`, whatever else is in the batch: `independent_rows`).
 - `decode="generate"`: HF `model.generate` (left padding, its dynamic KV cache); any causal
-  LM; sampling repeats for the same batch and seed only.
+  LM; sampling repeats for the same batch and seed only. A copy-head model runs it without
+  a cache (its pointer needs every position; copy_head.py): correct, and slow.
 
 Prompts are sorted (token lists in lexicographic order, so shared prefixes sit together)
 and run in batches of `batch_size`; outputs come back in the caller's order. An output ends
@@ -28,6 +29,7 @@ import torch
 import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from simworld.worldmodel.copy_head import is_copy_model
 from simworld.worldmodel.engines.base import (
     ChatMessages,
     GenerationConfig,
@@ -188,6 +190,8 @@ class TransformersEngine:
                 attention_mask=mask.to(self.device),
                 generation_config=gen_cfg,
                 tokenizer=self.tokenizer if cfg.stop else None,
+                # a copy head needs every position each step (copy_head.py): no cache
+                use_cache=not is_copy_model(self.model),
             )  # (B, T + new)
         return [_until_eos(r, self.eos_ids) for r in out[:, T:].tolist()]
 

@@ -9,8 +9,11 @@ rotary embeddings (rotate-half convention, the model's own `inv_freq` and scalin
 query attention, SiLU-gated MLP.
 
 Supported: `model_type == "llama"` without attention or MLP biases, with a rotary scaling
-that only changes `inv_freq` (default, linear, llama3). Anything else raises
-`NotImplementedError` naming the reason; the engine's `decode="generate"` still runs it.
+that only changes `inv_freq` (default, linear, llama3), and the same Llama with a copy head
+(`copy_head.py`, "simworld_copy_llama"): then the cache also keeps each slot's pointer key
+and token, and `logits` are the log-probabilities of the generate-or-copy mixture. Anything
+else raises `NotImplementedError` naming the reason; the engine's `decode="generate"` still
+runs it.
 """
 
 from __future__ import annotations
@@ -23,19 +26,46 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import PreTrainedModel
 
+from simworld.worldmodel.copy_head import MODEL_TYPE as COPY_MODEL_TYPE
+from simworld.worldmodel.copy_head import is_copy_model, mixture_logprobs
+
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 
 
 @dataclass
 class KVCache:
-    """Per-layer key and value tensors, each (B, n_kv_heads, capacity, head_dim)."""
+    """Per-layer key and value tensors, each (B, n_kv_heads, capacity, head_dim); with a
+    copy head also each slot's pointer key (B, 1, capacity, copy_dim) and token
+    (B, 1, capacity, 1). Every tensor keeps its slots on dim 2."""
 
     k: list[Tensor]
     v: list[Tensor]
+    copy_k: Tensor | None = None
+    ids: Tensor | None = None
 
     @property
     def capacity(self) -> int:
         return self.k[0].shape[2]
+
+    def tensors(self) -> list[Tensor]:
+        """Every tensor of the cache (slots on dim 2), for copying slots between caches."""
+        extra = [t for t in (self.copy_k, self.ids) if t is not None]
+        return [*self.k, *self.v, *extra]
+
+    def select(self, rows: Tensor) -> KVCache:
+        """The cache of batch rows `rows` only."""
+        pick = [t[rows] for t in self.tensors()]
+        n = len(self.k)
+        copy_k, ids = (pick[2 * n], pick[2 * n + 1]) if self.copy_k is not None else (None, None)
+        return KVCache(k=pick[:n], v=pick[n : 2 * n], copy_k=copy_k, ids=ids)
+
+
+@dataclass
+class _Copy:
+    query: Tensor  # (dc, D)
+    key: Tensor  # (dc, D)
+    gate: Tensor  # (1, D)
+    gate_bias: Tensor  # (1,)
 
 
 @dataclass
@@ -51,8 +81,8 @@ class _Layer:
 def unsupported_reason(model: PreTrainedModel) -> str | None:
     """Why the lean forward cannot run `model`, or None when it can."""
     cfg = model.config
-    if cfg.model_type != "llama":
-        return f"model_type {cfg.model_type!r} (only 'llama' is supported)"
+    if cfg.model_type not in ("llama", COPY_MODEL_TYPE):
+        return f"model_type {cfg.model_type!r} (only 'llama' and {COPY_MODEL_TYPE!r} are supported)"
     if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
         return "attention or MLP biases"
     if cfg.hidden_act != "silu":
@@ -86,12 +116,26 @@ class LeanLlama:
         self.rope_scale = float(rotary.attention_scaling)
         self.device, self.dtype = self.embed.device, self.embed.dtype
         self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device)
+        self.copy: _Copy | None = None
+        if is_copy_model(model):
+            head: Any = model  # typed Any: the copy head's layers are untyped attributes
+            self.copy = _Copy(
+                query=head.copy_q.weight.detach(),
+                key=head.copy_k.weight.detach(),
+                gate=head.copy_gate.weight.detach(),
+                gate_bias=head.copy_gate.bias.detach(),
+            )
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         shape = (batch, self.n_kv_heads, capacity, self.head_dim)
         n = len(self.layers)
         empty = [torch.empty(shape, dtype=self.dtype, device=self.device) for _ in range(2 * n)]
-        return KVCache(k=empty[:n], v=empty[n:])
+        cache = KVCache(k=empty[:n], v=empty[n:])
+        if self.copy is not None:
+            dc = self.copy.key.shape[0]
+            cache.copy_k = torch.empty(batch, 1, capacity, dc, dtype=self.dtype, device=self.device)
+            cache.ids = torch.zeros(batch, 1, capacity, 1, dtype=torch.long, device=self.device)
+        return cache
 
     def _rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sin for positions `pos` (B, T), each (B, 1, T, hd); tables grow on demand."""
@@ -112,7 +156,8 @@ class LeanLlama:
         """Run tokens `ids` (B, T) at rotary positions `pos` (B, T), writing their keys and
         values to cache slots [start, start + T). `key_valid` (B, >= start + T) marks the
         slots a row may attend to (its padding is False). Returns the last position's
-        hidden state after the final norm, (B, D)."""
+        hidden state after the final norm, (B, D); with a copy head every position's pointer
+        key and token go to the cache too."""
         B, T = ids.shape
         end = start + T
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
@@ -135,10 +180,28 @@ class LeanLlama:
             h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
             gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (B, T, I) each
             x = x + F.linear(F.silu(gate) * up, layer.wdown)  # (B, T, D)
-        return F.rms_norm(x[:, -1], (self.hidden,), self.final_norm, self.eps)  # (B, D)
+        if self.copy is None:
+            return F.rms_norm(x[:, -1], (self.hidden,), self.final_norm, self.eps)  # (B, D)
+        assert cache.copy_k is not None and cache.ids is not None
+        h = F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)  # (B, T, D)
+        cache.copy_k[:, 0, start:end] = F.linear(h, self.copy.key)  # (B, T, dc)
+        cache.ids[:, 0, start:end, 0] = ids
+        return h[:, -1]  # (B, D)
 
-    def logits(self, hidden: Tensor) -> Tensor:
-        return F.linear(hidden, self.lm_head).float()  # (B, V)
+    def logits(self, hidden: Tensor, cache: KVCache, key_valid: Tensor, end: int) -> Tensor:
+        """Next-token logits (B, V) from the last hidden states (B, D); with a copy head the
+        log-probabilities of the mixture, pointing at the valid slots before `end`."""
+        logits = F.linear(hidden, self.lm_head).float()  # (B, V)
+        if self.copy is None:
+            return logits
+        assert cache.copy_k is not None and cache.ids is not None
+        c = self.copy
+        query = F.linear(hidden, c.query)[:, None]  # (B, 1, dc)
+        gate = F.linear(hidden, c.gate, c.gate_bias)[:, None]  # (B, 1, 1)
+        keys = cache.copy_k[:, 0, :end]  # (B, S, dc)
+        ids = cache.ids[:, 0, :end, 0]  # (B, S)
+        allowed = key_valid[:, None, :end]  # (B, 1, S)
+        return mixture_logprobs(logits[:, None], query, keys, gate, ids, allowed)[:, 0]
 
 
 def _extract_layer(block: Any) -> _Layer:
