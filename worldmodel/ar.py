@@ -109,7 +109,7 @@ def build_model(
 ) -> LlamaForCausalLM:
     """A randomly initialised Llama causal LM of shape `cfg` over `vocab_size` tokens, with
     a copy head when `cfg.copy_dim` > 0."""
-    shape = dict(
+    shape: dict[str, Any] = dict(
         vocab_size=vocab_size,
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,

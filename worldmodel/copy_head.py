@@ -43,7 +43,7 @@ MODEL_TYPE = "simworld_copy_llama"
 EPS = 1e-9  # floor under p before the log: a token neither generated nor copied
 
 
-class CopyLlamaConfig(LlamaConfig):
+class CopyLlamaConfig(LlamaConfig):  # type: ignore[no-untyped-call]
     """A LlamaConfig with the copy head's width."""
 
     model_type = MODEL_TYPE
@@ -53,7 +53,7 @@ class CopyLlamaConfig(LlamaConfig):
         super().__init__(**kwargs)
 
 
-class CopyLlamaForCausalLM(LlamaForCausalLM):
+class CopyLlamaForCausalLM(LlamaForCausalLM):  # type: ignore[no-untyped-call]
     """LlamaForCausalLM whose logits are the log-probabilities of the generate-or-copy
     mixture (module docstring)."""
 
@@ -65,9 +65,9 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):
         self.copy_q = nn.Linear(D, dc, bias=False)
         self.copy_k = nn.Linear(D, dc, bias=False)
         self.copy_gate = nn.Linear(D, 1)
-        self.post_init()
+        self.post_init()  # type: ignore[no-untyped-call]
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
