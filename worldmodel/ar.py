@@ -49,7 +49,7 @@ class ARConfig:
     rope_theta: float = 10000.0
     tie_embeddings: bool = True  # input and output embeddings share weights (smaller file)
     dropout: float = 0.0
-    copy_dim: int = 0  # > 0: a copy (pointer) head of this width (copy_head.py); 0: none
+    copy_dim: int = 64  # > 0: a copy (pointer) head of this width (copy_head.py); 0: none
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
@@ -100,7 +100,7 @@ AR_PRESETS = {
         max_positions=512,
         copy_dim=16,
     ),
-    "default": ARConfig(copy_dim=64),
+    "default": ARConfig(),
 }
 
 

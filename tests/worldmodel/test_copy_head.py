@@ -129,3 +129,9 @@ def test_the_head_learns_to_copy_names_it_never_saw(tmp_path: Path) -> None:
         metrics = train_sft(cfg, train, unseen, tmp_path / str(copy_dim))
         scores[copy_dim] = metrics["val_exact"]
     assert scores[16] >= 0.75 and scores[16] > scores[0] + 0.25, scores
+
+
+def test_the_default_recipe_trains_the_copy_head() -> None:
+    for preset in ("default", "tiny"):
+        model = build_model(SFTConfig.preset(preset).model, 512)
+        assert isinstance(model, CopyLlamaForCausalLM), preset
