@@ -22,10 +22,17 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from simworld.data.records import JSON, Episode, ToolCallsAction, ToolResultsObservation
+from simworld.data.canonical import parse
+from simworld.data.records import (
+    JSON,
+    Episode,
+    ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
+)
 
 
 def _type_name(value: JSON) -> str:
@@ -65,9 +72,21 @@ def infer_schema(samples: Sequence[JSON]) -> dict[str, JSON]:
     return schema
 
 
-def _recorded_results(episodes: Iterable[Episode]) -> dict[str, list[JSON]]:
-    """Tool name -> the parsed JSON of its non-error results, in recorded order."""
-    samples: dict[str, list[JSON]] = {}
+def text_result_tools(episodes: Iterable[Episode]) -> set[str]:
+    """Tools whose recorded non-error results are all text that is not JSON (BFCL's `touch`,
+    `echo` and `mkdir` answer "None"): whatever output schema they declare, the real tool
+    does not answer JSON."""
+    answered: set[str] = set()
+    as_json: set[str] = set()
+    for name, result in _non_error_results(episodes):
+        answered.add(name)
+        if parse(result.text)[0]:
+            as_json.add(name)
+    return answered - as_json
+
+
+def _non_error_results(episodes: Iterable[Episode]) -> Iterator[tuple[str, ToolResult]]:
+    """(tool name, result) of every recorded non-error result, in recorded order."""
     for episode in episodes:
         for step in episode.steps:
             action, observation = step.action, step.observation
@@ -76,13 +95,17 @@ def _recorded_results(episodes: Iterable[Episode]) -> dict[str, list[JSON]]:
             if not isinstance(observation, ToolResultsObservation):
                 continue
             for call, result in zip(action.calls, observation.results, strict=False):
-                if result.is_error:
-                    continue
-                try:
-                    value = json.loads(result.text)
-                except ValueError:
-                    continue  # "None", Python reprs: not JSON, nothing to learn a shape from
-                samples.setdefault(call.name, []).append(value)
+                if not result.is_error:
+                    yield call.name, result
+
+
+def _recorded_results(episodes: Iterable[Episode]) -> dict[str, list[JSON]]:
+    """Tool name -> the parsed JSON of its non-error results, in recorded order."""
+    samples: dict[str, list[JSON]] = {}
+    for name, result in _non_error_results(episodes):
+        ok, value = parse(result.text)  # "None", Python reprs: no shape to learn from
+        if ok:
+            samples.setdefault(name, []).append(value)
     return samples
 
 
@@ -139,4 +162,10 @@ def checked_output_schemas(
     return schemas, replaced
 
 
-__all__ = ["checked_output_schemas", "infer_output_schemas", "infer_schema", "schema_validator"]
+__all__ = [
+    "checked_output_schemas",
+    "infer_output_schemas",
+    "infer_schema",
+    "schema_validator",
+    "text_result_tools",
+]

@@ -98,12 +98,28 @@ class SimEnv:
     # Real episodes of this env (a captured env's recordings): the router's exact cache
     # starts with their answers, so a step seen for real is answered as it was.
     recorded: tuple[Episode, ...] = ()
+    # The call ids of the env's recorded data, as a format of the session's step and the
+    # call's index in its action: the world model is asked with ids of this form (a small
+    # model copies the kind of id it was trained on) and the client gets its own back.
+    call_id_form: str = "call_{step}_{index}"
 
     def __post_init__(self) -> None:
         if not self.tasks:
             raise ValueError(f"env {self.name!r} has no tasks")
         if self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        try:
+            first, second = (self.call_id_form.format(step=0, index=i) for i in (0, 1))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"call_id_form {self.call_id_form!r} cannot be formatted ({exc!r}): it may "
+                "use {step} and {index} only"
+            ) from exc
+        if first == second:
+            raise ValueError(
+                f"call_id_form {self.call_id_form!r} must tell the calls of one action apart: "
+                "use {index}"
+            )
 
     def task_for(self, task_id: str | None = None, seed: int | None = None) -> SimTask:
         """The task `task_id`, or one chosen by `seed` (the first task when neither is

@@ -16,10 +16,11 @@ Order, first that answers wins:
 3. `cache`: the exact cache (see cache.py), keyed on the env, the state and the canonical
    action; where the env tracks no state (state None) the history's actions and
    observations stand for it. Only model answers without problems are stored.
-4. `model`: the world model, on `context_for_action(history, state, action, model.budget)`,
-   greedy (the model's own generation config). A prediction with problems (text the parser
-   cannot read, or a result that breaks its tool's `output_schema`; error results are
-   exempt) is retried up to `output_retries` times with seeded sampling. When every try
+4. `model`: the world model, on `context_for_action(history, state, action, model.budget)`
+   with the call ids in the env's recorded form (`SimEnv.call_id_form`), greedy (the
+   model's own generation config). A prediction with problems (text the parser cannot
+   read, or a result that breaks its tool's `output_schema`; error results are exempt) is
+   retried up to `output_retries` times with seeded sampling at temperature 0.7. When every try
    has problems the last prediction is kept and its problems are reported, never raised;
    if its observation is unreadable, every call gets an error result "the simulator could
    not produce a result" in the env's error style (a text env: that text), and no patch.
@@ -214,7 +215,7 @@ class Router:
     def _ask_model(
         self, model: WorldModel, history: Episode, state: JSON, action: Action, seed: int
     ) -> tuple[Answer, int, list[str]]:
-        asked = model_call_ids(action, len(history.steps))
+        asked = model_call_ids(action, len(history.steps), self.env.call_id_form)
         ctx = context_for_action(history, state, asked, model.budget)
         tools = {t.name: t for t in history.tools}
         (prediction,) = model.predict([ctx])
@@ -299,22 +300,32 @@ def _cache_basis(history: Episode, state: JSON) -> JSON:
     return {"task": history.task.id, "steps": steps}
 
 
+RETRY_TEMPERATURE = 0.7  # a retry should differ from the greedy answer, yet stay plausible
+
+
 def _sampling(model: WorldModel, seed: int) -> GenerationConfig:
-    """Seeded sampling for a retry, within the model's own decode bound when it has one."""
+    """Seeded sampling for a retry (at RETRY_TEMPERATURE, as the engines' own validated
+    retries do: at 1.0 a small model's draws are mostly noise), within the model's own
+    decode bound when it has one."""
     # The WorldModel protocol has no generation config; TextWorldModel's is `generation`.
     own = getattr(model, "generation", None)
+    t = RETRY_TEMPERATURE
     if isinstance(own, GenerationConfig):
-        return GenerationConfig(own.max_new_tokens, do_sample=True, seed=seed, stop=own.stop)
-    return GenerationConfig(do_sample=True, seed=seed)
+        return GenerationConfig(
+            own.max_new_tokens, do_sample=True, temperature=t, seed=seed, stop=own.stop
+        )
+    return GenerationConfig(do_sample=True, temperature=t, seed=seed)
 
 
-def model_call_ids(action: Action, step: int) -> Action:
-    """The action as the model is asked it: call ids rewritten to the form of the recorded
-    data (`call_<step>_<i>`). Ids are opaque, but a small model copies the kind of id it was
-    trained on far better than a client's own (`call_abc123`); `_client_ids` maps back."""
+def model_call_ids(action: Action, step: int, form: str = "call_{step}_{index}") -> Action:
+    """The action as the model is asked it: call ids rewritten to the form of the env's
+    recorded data (`SimEnv.call_id_form`). Ids are opaque, but a small model copies the
+    kind of id it was trained on far better than a client's own (`call_abc123`), or one of
+    the right kind it rarely saw (BFCL numbers calls by turn: `call_12_0` at a session's
+    13th step is out of its data); `_client_ids` maps back."""
     if not isinstance(action, ToolCallsAction):
         return action
-    calls = [replace(c, id=f"call_{step}_{i}") for i, c in enumerate(action.calls)]
+    calls = [replace(c, id=form.format(step=step, index=i)) for i, c in enumerate(action.calls)]
     return replace(action, calls=calls)
 
 

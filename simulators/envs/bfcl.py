@@ -24,8 +24,13 @@ Decisions:
 - tools: as recorded, except that a declared output schema which the recorded train
   results break (BFCL declares `send_message`'s `message_id` an integer and returns an
   object, say) is replaced by one inferred from those results
-  (`simworld.data.output_schemas.checked_output_schemas`), so the router does not retry
-  right answers; `ToolSpec.original` keeps the tool JSON as BFCL wrote it.
+  (`simworld.data.output_schemas.checked_output_schemas`), and a tool whose recorded
+  results are all plain text (`touch`, `echo`, `mkdir` answer "None") has no output
+  schema, so the router does not retry right answers and MCP clients are not promised
+  structured content; `ToolSpec.original` keeps the tool JSON as BFCL wrote it.
+- `call_id_form` "call_0_{index}": BFCL numbers calls by turn (`call_<turn>_<k>`), which a
+  session does not know; the model is asked every action as turn 0, the form most of the
+  recorded calls have (a session's 13th step as `call_12_0` would be out of its data).
 - `error_style` BFCLStyle(): the tools carry their `bfcl_class`, so an invalid call reads
   like BFCL's own TypeError text.
 - `responder` None: no step of BFCL is answered by fixed rules here.
@@ -43,7 +48,7 @@ from dataclasses import replace
 from simworld.data.bundle import SPLITS, load_bundled
 from simworld.data.envs.base import EnvUnavailable
 from simworld.data.envs.bfcl.env import check_installed
-from simworld.data.output_schemas import checked_output_schemas
+from simworld.data.output_schemas import checked_output_schemas, text_result_tools
 from simworld.data.records import JSON, Episode, ToolSpec, VolatileField
 from simworld.simulators.env import RealBackend, SimEnv, SimTask, no_reward
 from simworld.simulators.envs.bfcl_real import BfclReal
@@ -54,7 +59,9 @@ GROUND_TRUTH = "ground_truth"  # Provenance.policy of a ground-truth episode
 BASE_ORIGIN = "multi_turn_base_"  # Provenance.origin prefix of the base category
 
 
-def _checked(tool: ToolSpec, fixed: dict[str, dict[str, JSON]]) -> ToolSpec:
+def _checked(tool: ToolSpec, fixed: dict[str, dict[str, JSON]], text: set[str]) -> ToolSpec:
+    if tool.name in text:
+        return replace(tool, output_schema=None)
     return replace(tool, output_schema=fixed[tool.name]) if tool.name in fixed else tool
 
 
@@ -70,8 +77,10 @@ def bfcl_env() -> SimEnv:
     """The bfcl SimEnv (built once per process from the bundled episodes)."""
     tasks: dict[str, SimTask] = {}
     volatile: dict[tuple[str, str, str], VolatileField] = {}
-    schemas, replaced = checked_output_schemas(load_bundled("train", env="bfcl"))
+    train = load_bundled("train", env="bfcl")
+    schemas, replaced = checked_output_schemas(train)
     fixed = {name: schemas[name] for name in replaced}
+    text = text_result_tools(train)
     for split in SPLITS:
         for episode in load_bundled(split, env="bfcl"):
             if not is_base_ground_truth(episode):
@@ -82,7 +91,7 @@ def bfcl_env() -> SimEnv:
                 id=episode.task.id,
                 instruction=episode.task.instruction,
                 initial_state=episode.initial_state,
-                tools=tuple(_checked(tool, fixed) for tool in episode.tools),
+                tools=tuple(_checked(tool, fixed, text) for tool in episode.tools),
                 apis=tuple(episode.task.apis),
             )
             for field in episode.volatile:
@@ -96,6 +105,7 @@ def bfcl_env() -> SimEnv:
         check=no_reward,
         real=real_backend(),
         error_style=BFCLStyle(),
+        call_id_form="call_0_{index}",
     )
 
 

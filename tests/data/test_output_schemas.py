@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from simworld.data.bundle import load_bundled
-from simworld.data.output_schemas import infer_output_schemas, infer_schema
+from simworld.data.output_schemas import infer_output_schemas, infer_schema, text_result_tools
 from simworld.data.records import (
     Episode,
     Step,
@@ -77,6 +77,19 @@ def test_declared_schema_wins() -> None:
         episode("put", ("1", False)),
     ]
     assert infer_output_schemas(episodes) == {"get": declared, "put": {"type": "integer"}}
+
+
+def test_tools_that_answer_plain_text_are_told_apart() -> None:
+    episodes = [
+        episode("touch", ("None", False), ("No such file", True)),
+        episode("get", ('{"a": 1}', False), ("None", False)),
+        episode("cat", ("hello world", False)),
+        episode("fails", ("boom", True)),
+    ]
+    # get answered JSON once: not a text tool; fails never answered: nothing known
+    assert text_result_tools(episodes) == {"touch", "cat"}
+    bfcl = text_result_tools(load_bundled("train", env="bfcl"))
+    assert {"touch", "echo", "mkdir"} <= bfcl and "ls" not in bfcl
 
 
 def _undeclared(episodes: list[Episode]) -> list[Episode]:

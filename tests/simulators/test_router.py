@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -31,6 +32,7 @@ from simworld.data.records import (
 )
 from simworld.simulators.env import Answer, SimEnv, SimTask
 from simworld.simulators.router import (
+    RETRY_TEMPERATURE,
     UNREADABLE,
     Router,
     RouterConfig,
@@ -204,6 +206,7 @@ def test_a_result_that_breaks_the_output_schema_is_retried_with_seeded_sampling(
     first, *retries = model.cfgs
     assert first is None  # the model's own (greedy) config
     assert all(c is not None and c.do_sample and c.max_new_tokens == 77 for c in retries)
+    assert all(c is not None and c.temperature == RETRY_TEMPERATURE < 1 for c in retries)
     assert len({c.seed for c in retries if c is not None}) == 2
     again = FakeModel(wrong_first(2), max_new_tokens=77)
     Router(env, again).answer(history(env), STATE, calls(("c", "get", {})), seed=5)
@@ -338,6 +341,27 @@ def test_the_model_sees_call_ids_in_the_recorded_form_and_the_client_gets_its_ow
     assert routed.answer.observation == results(
         ("toolu_01A", '{"value": 4}'), ("call-xyz", '{"value": 4}')
     )
+
+
+def test_the_env_names_the_id_form_its_model_is_asked_in() -> None:
+    seen: list[list[str]] = []
+
+    def echo_ids(ctx: Context, attempt: int) -> str:
+        assert isinstance(ctx.action_record, ToolCallsAction)
+        seen.append([c.id for c in ctx.action_record.calls])
+        return model_truth(ctx, attempt)
+
+    env = replace(make_env(), call_id_form="call_0_{index}")
+    earlier = Step(calls(("a", "ping", {})), ToolResultsObservation([ToolResult("a", "pong")]))
+    routed = Router(env, FakeModel(echo_ids)).answer(
+        history(env, [earlier] * 12), STATE, calls(("mine", "get", {})), seed=0
+    )
+    assert seen == [["call_0_0"]]  # step 12, asked as the recorded data's turn 0
+    assert routed.answer.observation == results(("mine", '{"value": 3}'))
+    with pytest.raises(ValueError, match="only"):
+        replace(make_env(), call_id_form="call_{turn}")
+    with pytest.raises(ValueError, match="tell the calls"):
+        replace(make_env(), call_id_form="call_{step}")
 
 
 def test_shadow_mode_compares_volatile_fields_by_type_and_format() -> None:
