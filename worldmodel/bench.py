@@ -165,9 +165,11 @@ def decode_benchmark(
     """Time greedy decoding of `new_tokens` per prompt for each path and batch size; a
     batch of b times ceil(4 / b) * b prompts (at least 4 observations). Prints the table.
 
-    A copy-head model (copy_head.py) cannot keep its pointer in HF's KV cache, so its
-    "generate" rows run the same Llama without the head (`without_copy_head`: the same
-    weights, a little less work per token): the decode machinery at equal size."""
+    Every observation decodes exactly `new_tokens` tokens (end tokens ignored), so each
+    path does the same work whatever the model writes. A copy-head model (copy_head.py)
+    cannot keep its pointer in HF's KV cache, so its "generate" rows run the same Llama
+    without the head (`without_copy_head`: the same weights, a little less work per
+    token): HF's decode machinery at equal size."""
     rate = matmul_rate()
     params = sum(p.numel() for p in model.parameters())
     rows = tokenizer(list(prompts))["input_ids"]
@@ -181,7 +183,9 @@ def decode_benchmark(
             runs = (
                 without_copy_head(model) if path == "generate" and is_copy_model(model) else model
             )
-            engine = TransformersEngine(runs, tokenizer, decode=path, batch_size=batch)
+            engine = TransformersEngine(
+                runs, tokenizer, decode=path, batch_size=batch, ignore_eos=True
+            )
             engine.generate_tokens(rows[-batch:], cfg)  # warm-up on other prompts
             t0 = time.perf_counter()
             out = engine.generate_tokens(rows[:n], cfg)

@@ -68,6 +68,9 @@ def test_stops_at_end_token_and_token_bound(decode: str) -> None:
     assert stopped[0] == free[0][:4]
     short = engine(decode).generate_tokens(rows, GenerationConfig(max_new_tokens=3))
     assert short == [r[:3] for r in free]
+    # ignore_eos (benchmarks: equal work on every path) runs every row to the bound
+    ignoring = TransformersEngine(model, tok, decode=decode, ignore_eos=True)
+    assert ignoring.generate_tokens(rows, GREEDY) == free
 
 
 @pytest.mark.parametrize("decode", ["own", "generate"])

@@ -57,6 +57,7 @@ class TransformersEngine:
         batch_size: int = 32,
         prefix_cache_size: int = 8,
         max_retries: int = 2,
+        ignore_eos: bool = False,
     ) -> None:
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos token: it must end an observation")
@@ -76,9 +77,10 @@ class TransformersEngine:
         self.prefix_cache = PrefixCache(prefix_cache_size)
         self.batch_size = batch_size
         self.max_retries = max_retries
-        self.eos_ids = _eos_ids(self.model, tokenizer)
+        # ignore_eos: every output runs to max_new_tokens (benchmarks: equal work per path)
+        self.eos_ids = set() if ignore_eos else _eos_ids(self.model, tokenizer)
         pad = tokenizer.pad_token_id
-        self.pad_id: int = pad if pad is not None else min(self.eos_ids)
+        self.pad_id: int = pad if pad is not None else int(tokenizer.eos_token_id)
         self.last_report = RetryReport()
         self._lock = threading.Lock()
 
@@ -181,6 +183,8 @@ class TransformersEngine:
             eos_token_id=sorted(self.eos_ids),
             pad_token_id=self.pad_id,
             stop_strings=list(cfg.stop) or None,
+            # a copy head needs every position each step (copy_head.py): no cache
+            use_cache=not is_copy_model(self.model),
         )
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
@@ -190,8 +194,6 @@ class TransformersEngine:
                 attention_mask=mask.to(self.device),
                 generation_config=gen_cfg,
                 tokenizer=self.tokenizer if cfg.stop else None,
-                # a copy head needs every position each step (copy_head.py): no cache
-                use_cache=not is_copy_model(self.model),
             )  # (B, T + new)
         return [_until_eos(r, self.eos_ids) for r in out[:, T:].tolist()]
 
