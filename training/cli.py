@@ -164,6 +164,7 @@ def _configure_grpo(recipes: Any) -> None:
     _add_data_arguments(grpo)
     grpo.add_argument("--minutes", type=float, help="time budget (default preset: 30)")
     grpo.add_argument("--max-steps", type=int, help="stop after this many updates")
+    grpo.add_argument("--threads", type=int, help="torch CPU threads (default: the preset's)")
     grpo.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     grpo.add_argument("--seed", type=int, default=0)
     grpo.add_argument(
@@ -202,6 +203,7 @@ def _grpo(args: argparse.Namespace) -> int:
             **_data_fields(args),
             minutes=args.minutes,
             max_steps=args.max_steps,
+            threads=args.threads,
             resume=args.resume,
             seed=args.seed,
             pool=args.pool or None,

@@ -62,6 +62,7 @@ class GRPORun:
     exclude_apis: tuple[str, ...] = ()
     minutes: float | None = None
     max_steps: int | None = None
+    threads: int | None = None  # torch CPU threads (None: the preset's)
     resume: bool = False
     seed: int = 0
     # The train steps contexts are drawn from: a seeded sample of this many (None: all).
@@ -97,6 +98,8 @@ class GRPORun:
         )
         if self.minutes is not None or self.max_steps is not None:
             cfg = replace(cfg, time_budget_min=self.minutes, max_steps=self.max_steps)
+        if self.threads is not None:
+            cfg = replace(cfg, threads=self.threads)
         rewards = parse_weights(self.rewards) if self.rewards else cfg.rewards
         return replace(cfg, rewards=rewards, max_new_tokens=max_new_tokens, seed=self.seed)
 
