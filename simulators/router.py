@@ -317,7 +317,7 @@ def _sampling(model: WorldModel, seed: int) -> GenerationConfig:
     return GenerationConfig(do_sample=True, temperature=t, seed=seed)
 
 
-def model_call_ids(action: Action, step: int, form: str = "call_{step}_{index}") -> Action:
+def model_call_ids(action: Action, step: int, form: str) -> Action:
     """The action as the model is asked it: call ids rewritten to the form of the env's
     recorded data (`SimEnv.call_id_form`). Ids are opaque, but a small model copies the
     kind of id it was trained on far better than a client's own (`call_abc123`), or one of
