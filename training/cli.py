@@ -128,6 +128,9 @@ def _configure_mdlm(recipes: Any) -> None:
     mdlm.add_argument(
         "--tokenizer", help='reuse the tokenizer of this checkpoint ("default": the shipped one)'
     )
+    mdlm.add_argument(
+        "--copies", type=int, help="noised target copies per encoded prefix (default: preset's)"
+    )
 
 
 def _mdlm(args: argparse.Namespace) -> int:
@@ -146,6 +149,7 @@ def _mdlm(args: argparse.Namespace) -> int:
             steps=args.steps,
             elbo=args.loss == "elbo",
             tokenizer=args.tokenizer,
+            copies=args.copies,
         )
         metrics = run_mdlm(run)
     except (ValueError, FileNotFoundError) as exc:

@@ -45,6 +45,7 @@ class MDLMRun:
     tokens: int | None = None  # token budget: the schedule ends after this many real tokens
     threads: int | None = None  # torch CPU threads (None: the preset's)
     elbo: bool = True  # False: the mean CE over masked positions (see MDLMTrainConfig)
+    copies: int | None = None  # noised target copies per encoded prefix (None: the preset's)
     seed: int = 0
     limit: int | None = None  # first N training examples only (smoke runs)
     steps: int | None = None  # K for val exact match and the checkpoint's default K
@@ -78,6 +79,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         max_tokens=run.tokens,
         threads=run.threads or cfg.threads,
         elbo_weighting=run.elbo,
+        target_copies=run.copies or cfg.target_copies,
         time_budget_min=run.minutes,
         seed=run.seed,
         sample_steps=run.steps or cfg.sample_steps,

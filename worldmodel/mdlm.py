@@ -24,8 +24,12 @@ masked with probability t; the ELBO weight of a masked position's cross-entropy 
 
 Decisions: RMSNorm, rotary positions (a row's positions count its real prefix tokens, so
 left or right padding changes nothing), grouped-query attention and SwiGLU, as the AR
-model; no biases; prefix padding attends to itself only (no empty softmax row); the last
-layer's attention and MLP are not run on the prefix (nothing reads them). Checkpoints:
+model; no biases; prefix padding attends to itself only (no empty softmax row). A copy
+(pointer) head, as the AR model's (`copy_head.py`), when `copy_dim` > 0: each target
+position's distribution mixes the vocabulary head with a pointer over the real prefix
+tokens, whose keys come from the prefix's final hidden states and are cached with its
+keys and values; without it the last layer's attention and MLP are not run on the prefix
+(nothing reads them). Checkpoints:
 `model.safetensors` + `mdlm.json` (the config) + tokenizer files + `simworld.json` (kind
 "mdlm").
 """
@@ -44,6 +48,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from simworld.worldmodel.checkpoint import META_FILE, CheckpointMeta, read_meta
+from simworld.worldmodel.copy_head import mixture_logprobs
 from simworld.worldmodel.tokenizer import load_tokenizer
 
 CONFIG_FILE = "mdlm.json"
@@ -62,6 +67,7 @@ class MDLMConfig:
     max_positions: int = 1024  # prefix + target
     target_len: int = 113  # L: target tokens + <eos> + <pad>s
     rope_theta: float = 10000.0
+    copy_dim: int = 0  # width of the copy (pointer) head over the prefix; 0: no head
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -77,6 +83,8 @@ class MDLMConfig:
                 f"target_len={self.target_len} must be in [2, max_positions="
                 f"{self.max_positions}): it holds the target, its <eos> and padding"
             )
+        if self.copy_dim < 0:
+            raise ValueError(f"copy_dim must be 0 (no copy head) or more, got {self.copy_dim}")
         for name in ("n_layers", "intermediate_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -92,8 +100,9 @@ class MDLMConfig:
         return asdict(self)
 
 
-# "default" has the AR default's shape (6 x 256, GQA 8/4, SwiGLU 688): the same parameter
-# count but for the mask token's embedding row, so the two compare at equal size.
+# "default" has the AR default's shape (6 x 256, GQA 8/4, SwiGLU 688, a 64-wide copy head):
+# the same parameter count but for the mask token's embedding row, so the two compare at
+# equal size.
 MDLM_PRESETS = {
     "tiny": MDLMConfig(
         hidden_size=64,
@@ -103,20 +112,24 @@ MDLM_PRESETS = {
         intermediate_size=128,
         max_positions=512,
         target_len=49,
+        copy_dim=16,
     ),
-    "default": MDLMConfig(),
+    "default": MDLMConfig(copy_dim=64),
 }
 
 
 @dataclass
 class PrefixKV:
     """The prefix's keys and values per layer, each (B, Hkv, P, hd), which real positions
-    they hold (`valid`, (B, P)), and how many per row (`lengths`, (B,))."""
+    they hold (`valid`, (B, P)), and how many per row (`lengths`, (B,)); with a copy head,
+    its pointer keys (B, P, copy_dim) and the prefix tokens (B, P) they copy."""
 
     k: list[Tensor]
     v: list[Tensor]
     valid: Tensor
     lengths: Tensor
+    copy_keys: Tensor | None = None
+    ids: Tensor | None = None
 
 
 class RMSNorm(nn.Module):
@@ -187,6 +200,10 @@ class MDLM(nn.Module):
         self.embed = nn.Embedding(vocab_size + 1, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size)
+        if cfg.copy_dim:
+            self.copy_q = nn.Linear(cfg.hidden_size, cfg.copy_dim, bias=False)
+            self.copy_k = nn.Linear(cfg.hidden_size, cfg.copy_dim, bias=False)
+            self.copy_gate = nn.Linear(cfg.hidden_size, 1)
         hd = cfg.hidden_size // cfg.n_heads
         inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, hd, 2).float() / hd)  # (hd/2,)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
@@ -219,18 +236,25 @@ class MDLM(nn.Module):
         mask = (valid[:, None, :] | own)[:, None]  # (B, 1, P, P) pads see themselves only
         x = self.embed(ids)  # (B, P, D)
         ks, vs = [], []
+        copying = bool(self.cfg.copy_dim)
         for i, layer in enumerate(self.blocks):
-            if i == len(self.layers) - 1:  # the last layer's output on the prefix is unused
+            if i == len(self.layers) - 1 and not copying:  # its output would be unused
                 k, v = layer.kv(x, cos, sin)
             else:
                 x, (k, v) = layer(x, cos, sin, mask, None)
             ks.append(k)
             vs.append(v)
-        return PrefixKV(ks, vs, valid, valid.long().sum(1))
+        if not copying:
+            return PrefixKV(ks, vs, valid, valid.long().sum(1))
+        copy_keys = self.copy_k(self.norm(x))  # (B, P, copy_dim)
+        return PrefixKV(ks, vs, valid, valid.long().sum(1), copy_keys, ids)
 
     def denoise(self, target: Tensor, prefix: PrefixKV) -> Tensor:
         """Logits (B, L, V) over the real vocabulary for every target position, given the
-        partly masked `target` (B, L) and the prefix's cached keys and values."""
+        partly masked `target` (B, L) and the prefix's cached keys and values. With a copy
+        head they are the log-probabilities of the generate-or-copy mixture (copying from
+        the real prefix tokens; `copy_head.mixture_logprobs`), which every consumer of
+        logits (softmax, cross-entropy, argmax) reads as the same distribution."""
         B, L = target.shape
         pos = prefix.lengths[:, None] + torch.arange(L, device=target.device)  # (B, L)
         cos, sin = self._rope(pos)
@@ -239,9 +263,15 @@ class MDLM(nn.Module):
         x = self.embed(target)  # (B, L, D)
         for layer, k, v in zip(self.blocks, prefix.k, prefix.v, strict=True):
             x, _ = layer(x, cos, sin, mask, (k, v))
+        h = self.norm(x)  # (B, L, D)
         head = self.embed.weight[: self.vocab_size]  # (V, D) tied; no logit for the mask
-        logits: Tensor = self.norm(x) @ head.T  # (B, L, V)
-        return logits
+        logits: Tensor = h @ head.T  # (B, L, V)
+        if prefix.copy_keys is None or prefix.ids is None:
+            return logits
+        allowed = prefix.valid[:, None, :].expand(B, L, -1)  # (B, L, P): real prefix tokens
+        return mixture_logprobs(
+            logits, self.copy_q(h), prefix.copy_keys, self.copy_gate(h), prefix.ids, allowed
+        )
 
 
 def _init(module: nn.Module) -> None:

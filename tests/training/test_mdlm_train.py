@@ -118,3 +118,49 @@ def test_train_mdlm_command(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "huge" in bad.stderr
+
+
+def test_target_copies_share_one_prefix_encoding() -> None:
+    """C copies of a row's target against one encoded prefix: the copies see exactly the
+    keys a separately encoded repeated batch gives, the loss is an average over them, and
+    its gradient reaches the prefix positions through the one encoding."""
+    import torch
+
+    from simworld.training.mdlm import collate_pairs, repeat_prefix, step_loss
+    from simworld.worldmodel.mdlm import MDLM
+
+    tok = train_tokenizer(["abc def ghi jkl"] * 10, 300)
+    cfg = MDLMConfig.preset("tiny", target_len=8)
+    torch.manual_seed(0)
+    model = MDLM(cfg, len(tok))
+    pairs = [encode_pair(tok, Example(p, t), cfg) for p, t in [("abc def", "ghi"), ("jkl", "abc")]]  # type: ignore[arg-type]
+    ids, valid, _ = collate_pairs(pairs, tok.pad_token_id)
+    once = repeat_prefix(model.encode_prefix(ids, valid), 3)
+    twice = model.encode_prefix(ids.repeat_interleave(3, 0), valid.repeat_interleave(3, 0))
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(once.k, twice.k, strict=True))
+    noisy = torch.full((6, 8), model.mask_id)
+    assert torch.allclose(model.denoise(noisy, once), model.denoise(noisy, twice), atol=1e-5)
+    # the same noise draws, with and without copies: the loss with copies is the loss of
+    # the repeated batch (mean over B * C * L positions)
+    loss = step_loss(model, pairs, tok.pad_token_id, torch.Generator().manual_seed(1), copies=3)
+    repeated = [p for p in pairs for _ in range(3)]
+    plain = step_loss(model, repeated, tok.pad_token_id, torch.Generator().manual_seed(1))
+    assert torch.allclose(loss, plain, atol=1e-5)
+    enc = model.encode_prefix(ids, valid)
+    enc.k[0].retain_grad()
+    model.denoise(noisy, repeat_prefix(enc, 3)).sum().backward()  # type: ignore[no-untyped-call]
+    grad = enc.k[0].grad
+    assert grad is not None and float(grad[:, :, : len(pairs[1].prefix)].abs().min()) > 0
+
+
+def test_a_row_costs_its_prefix_and_each_target_copy() -> None:
+    tok = train_tokenizer(["abc def ghi"] * 10, 300)
+    pairs = [Example(f"prompt {i}", f"target {i}") for i in range(30)]
+    one = MDLMTrainConfig.preset("tiny", epochs=1, batch_tokens=512)
+    four = replace(one, target_copies=4)
+    data = [encode_pair(tok, ex, one.model) for ex in pairs]  # type: ignore[arg-type]
+    rows = [sum(len(r) for r in b) for b in plan_batches(one, data)]
+    rows4 = [sum(len(r) for r in b) for b in plan_batches(four, data)]
+    assert sum(rows) == sum(rows4) == 30 and max(rows4) < max(rows)
+    with pytest.raises(ValueError, match="target_copies"):
+        replace(one, target_copies=0)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from simworld.worldmodel.checkpoint import CheckpointMeta, load_checkpoint
+from simworld.worldmodel.copy_head import mixture_logprobs
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.mdlm import MDLM, MDLMConfig, PrefixKV, load_mdlm, mdlm_loss, save_mdlm
 from simworld.worldmodel.mdlm_sample import MDLMEngine, _choose, sample_tokens
@@ -52,7 +53,15 @@ def _one_pass(model: MDLM, prefix: list[int], target: list[int]) -> torch.Tensor
     x = model.embed(ids)
     for layer in model.layers:
         x, _ = layer(x, cos, sin, mask[None, None], None)
-    return (model.norm(x) @ model.embed.weight[:V].T)[0, P:]  # (L, V)
+    h = model.norm(x)  # (1, P + L, D)
+    logits = h @ model.embed.weight[:V].T  # (1, P + L, V)
+    if not model.cfg.copy_dim:
+        return logits[0, P:]  # (L, V)
+    # the copy head: each target position copies from the prefix tokens
+    allowed = torch.ones(1, L, P, dtype=torch.bool)
+    query, gate = model.copy_q(h[:, P:]), model.copy_gate(h[:, P:])
+    keys = model.copy_k(h[:, :P])
+    return mixture_logprobs(logits[:, P:], query, keys, gate, ids[:, :P], allowed)[0]
 
 
 # ---------------------------------------------------------------------------- loss
@@ -89,8 +98,10 @@ def test_one_masked_token_loss_is_its_cross_entropy_given_everything_else() -> N
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
-def test_cached_prefix_path_equals_one_block_diffusion_forward() -> None:
-    model = _model()
+@pytest.mark.parametrize("copy_dim", [0, 16])
+def test_cached_prefix_path_equals_one_block_diffusion_forward(copy_dim: int) -> None:
+    """With and without the copy head (its pointer keys cached with the prefix)."""
+    model = _model(copy_dim=copy_dim)
     prefix, target = [5, 9, 7, 3], [model.mask_id, 13, model.mask_id, EOS, PAD, PAD]
     cached = model.denoise(torch.tensor([target]), _prefix(model, [prefix]))[0]
     assert torch.allclose(cached, _one_pass(model, prefix, target), atol=1e-5)
