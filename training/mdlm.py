@@ -19,7 +19,7 @@ clipping; each step:
        `elbo_weighting=False`, the mean cross-entropy over masked positions).
 With `target_copies` C > 1, step 2 noises C copies of each target and step 3 denoises all
 of them against the one prefix encoding (measured on the bundled data, 8 minutes each on
-one thread: no gain at equal wall time or at equal steps, so the presets keep C = 1).
+one thread: no gain at equal wall time, mixed at equal steps, so the presets keep C = 1).
 Periodic val loss (the same ELBO, with fixed noise) and val exact match (greedy sampling
 in `sample_steps` steps), a progress bar with tokens/s, and the final checkpoint in
 `out_dir` (kind "mdlm"), with the curve, train losses and tokens seen in its metrics.
