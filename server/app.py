@@ -147,6 +147,7 @@ def build_hub(settings: Settings, stack: ExitStack) -> Hub:
     from simworld.server.batching import BatchingModel
     from simworld.server.recording import Recorder
     from simworld.simulators.envs import load_sim_env
+    from simworld.worldmodel.engines.decode import PrefixCache
     from simworld.worldmodel.world_model import WorldModel, load_world_model
 
     metrics = Metrics()
@@ -160,12 +161,16 @@ def build_hub(settings: Settings, stack: ExitStack) -> Hub:
 
             torch.set_num_threads(settings.torch_threads)
         model = load_world_model(settings.model, device=settings.device)
+        prefixes = getattr(getattr(model, "engine", None), "prefix_cache", None)
+        if isinstance(prefixes, PrefixCache) and settings.prefix_cache is not None:
+            prefixes.size = settings.prefix_cache
         if settings.batching:
             batching = BatchingModel(
                 model,
                 max_batch=settings.max_batch,
                 max_wait_ms=settings.max_wait_ms,
                 on_batch=metrics.batch,
+                continuous=settings.batching_mode == "continuous",
             )
             stack.callback(batching.close)
             model = batching

@@ -21,15 +21,18 @@ refuses: "validation"; a step the model cannot serve, 503 "unavailable", whose t
 session then skips: its tool schemas alone pass the model's context budget) are reported
 as `other`, never counted. Steps/s is counted / window; p50 and p99 are the client-side
 latencies (request sent to response parsed) of the counted steps; the mean batch is the
-growth of `/metrics` `simworld_batch_size` (_sum / _count) across the window (none:
-batching off, no batched call is counted); retries is `info.retries` per counted step, the
-router's sampled re-asks of a prediction with problems (one more model context each; the
-batching model merges them with other sessions' re-asks, each keeping its own seed).
+growth of `/metrics` `simworld_batch_size` (_sum / _count) across the window: rows per
+decode step under continuous batching (the default, `--batching continuous`), contexts
+per model call under `--batching gather` (none: batching off, nothing is counted);
+retries is `info.retries` per counted step, the router's sampled re-asks of a prediction
+with problems (one more model context each; batched with other sessions' rows, each
+keeping its own seed).
 
 Rows:
 1. throughput, the exact cache off (every step is the model's): one server with batching
-   on (`max_batch`, `max_wait_ms`), one with it off (`max_batch` 1), each at every count
-   in `sessions`;
+   on (`batching_mode`, `max_batch`, `max_wait_ms`), one with it off (`max_batch` 1), each
+   at every count in `sessions`; both keep the server's default prefix cache (64
+   prompts), so the ratio is what batching adds;
 2. cache hits: a third server with the cache on; `cache_sessions` sessions each play one
    recorded episode once (the model's answers fill the cache), then replay it for the
    window: same task, same actions, so the same states, each step a hit.
@@ -56,7 +59,7 @@ import uvicorn
 
 from simworld.data.records import Action, TextAction
 from simworld.server.hub import Limits
-from simworld.server.settings import WORKER_THREADS, Settings
+from simworld.server.settings import BATCHING_MODES, WORKER_THREADS, Settings
 from simworld.simulators.router import RouterConfig
 
 TARGET_RATIO = 5.0  # batched / unbatched steps/s at TARGET_SESSIONS (the issue's target)
@@ -76,6 +79,7 @@ class ServeBenchConfig:
     cache_sessions: int = 8  # sessions of the cache-hit row (0: no cache row)
     max_batch: int = 32
     max_wait_ms: float = 5.0
+    batching_mode: str = "continuous"  # the batched rows' mode: "continuous" or "gather"
     torch_threads: int | None = None  # None: torch's default (one per core)
     split: str = "test"
 
@@ -103,7 +107,7 @@ class Row:
     steps_per_s: float
     p50_ms: float
     p99_ms: float
-    mean_batch: float | None  # contexts per model call in the window; None: no batched call
+    mean_batch: float | None  # rows per decode step (continuous) or contexts per call (gather)
     others: dict[str, int]  # steps in the window answered by other sources (not counted)
     retries: float  # sampled re-asks of the model per counted step (never batched)
 
@@ -223,6 +227,7 @@ def _settings(cfg: ServeBenchConfig, *, batching: bool, cache: bool) -> Settings
         limits=Limits(max_sessions=max(1024, 4 * max(cfg.sessions))),
         max_batch=cfg.max_batch if batching else 1,
         max_wait_ms=cfg.max_wait_ms,
+        batching_mode=cfg.batching_mode,
         router=RouterConfig(use_cache=cache),
         torch_threads=cfg.torch_threads,
     )
@@ -482,10 +487,11 @@ def format_result(result: ServeBenchResult) -> str:
     lines = [
         f"simworld bench serve: model {cfg.model} on {cfg.env} ({cfg.split} split episodes), "
         f"{cfg.seconds:g} s per row after {cfg.warmup_seconds:g} s warm-up; batching: "
-        f"max_batch {cfg.max_batch}, max_wait_ms {cfg.max_wait_ms:g}",
+        f"{cfg.batching_mode}, max_batch {cfg.max_batch}, max_wait_ms {cfg.max_wait_ms:g}",
         f"machine: {facts.get('cores')} cores ({facts.get('cores_usable')} usable), torch "
         f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads; "
-        f"{facts.get('worker_threads')} request threads; server and clients in one process "
+        f"{facts.get('worker_threads')} request threads; prefix cache "
+        f"{Settings.prefix_cache} prompts (on and off); server and clients in one process "
         f"over 127.0.0.1; 1-minute load average before the run "
         f"{facts.get('load_before', 0):.1f}",
         f"workload: {facts.get('tasks')} tasks; skipped, past the model's context budget: "
@@ -524,6 +530,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--cache-sessions", type=int, default=defaults.cache_sessions, help="0: no cache row")
     add("--max-batch", type=int, default=defaults.max_batch)
     add("--max-wait-ms", type=float, default=defaults.max_wait_ms)
+    add("--batching", dest="batching_mode", choices=BATCHING_MODES,
+        default=defaults.batching_mode, help="the batched rows' batching mode")  # fmt: skip
     add("--torch-threads", type=int, help="torch intra-op threads (default: torch's)")
     add("--json", type=Path, metavar="FILE", help="also write the figures here")
     return _bench
@@ -540,6 +548,7 @@ def _bench(args: argparse.Namespace) -> int:
             cache_sessions=args.cache_sessions,
             max_batch=args.max_batch,
             max_wait_ms=args.max_wait_ms,
+            batching_mode=args.batching_mode,
             torch_threads=args.torch_threads,
         )
         Settings(model=cfg.model, envs=(cfg.env,), api_keys=(), torch_threads=cfg.torch_threads)

@@ -25,7 +25,7 @@ from pathlib import Path
 import uvicorn
 
 from simworld.server.hub import Limits
-from simworld.server.settings import API_KEY_VARIABLE, WORKER_THREADS, Settings
+from simworld.server.settings import API_KEY_VARIABLE, BATCHING_MODES, WORKER_THREADS, Settings
 from simworld.simulators.envs import SIM_ENVS
 from simworld.simulators.router import RouterConfig
 
@@ -49,6 +49,11 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--record", type=Path, metavar="FILE", help="append every served step to this dump")
     add("--max-batch", type=int, default=32, help="contexts per model call (1: no batching)")
     add("--max-wait-ms", type=float, default=5.0, help="batching wait (0: no batching)")
+    add("--batching", dest="batching_mode", choices=BATCHING_MODES, default="continuous",
+        help="continuous: rows join and leave the running batch step by step (the own "
+        "decode path); gather: whole calls are gathered")  # fmt: skip
+    add("--prefix-cache", type=int, default=64,
+        help="prompts whose keys and values the own decode path keeps (0: none)")  # fmt: skip
     add("--max-sessions", type=int, default=LIMITS.max_sessions, help="live sessions at most")
     add("--idle-seconds", type=float, default=LIMITS.idle_seconds,
         help="a session idle this long ends")  # fmt: skip
@@ -91,6 +96,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
         limits=limits,
         max_batch=args.max_batch,
         max_wait_ms=args.max_wait_ms,
+        batching_mode=args.batching_mode,
+        prefix_cache=args.prefix_cache,
         record=args.record,
         router=router,
         device=args.device,

@@ -13,7 +13,9 @@ Families (every one with `# HELP` and `# TYPE`, series sorted by label values):
 
     simworld_steps_total{env,source}         counter    steps served, by who answered
     simworld_step_seconds{env}               histogram  step latency (_bucket{le}, _sum, _count)
-    simworld_batch_size                      histogram  contexts per world-model call
+    simworld_batch_size                      histogram  contexts per world-model call (rows
+                                                        per decode step when batching is
+                                                        continuous)
     simworld_shadow_steps_total{env}         counter    shadow-mode steps
     simworld_shadow_divergent_total{env}     counter    shadow-mode steps whose answers differ
     simworld_errors_total{kind}              counter    refused or failed requests, by kind
@@ -136,7 +138,11 @@ class Metrics:
             out += _family("simworld_step_seconds", "histogram", "Time to serve one step, by env.")
             for env, hist in sorted(self._step_seconds.items()):
                 out += hist.lines("simworld_step_seconds", (("env", env),))
-            out += _family("simworld_batch_size", "histogram", "Contexts per world-model call.")
+            out += _family(
+                "simworld_batch_size",
+                "histogram",
+                "Contexts per world-model call (continuous batching: rows per decode step).",
+            )
             out += self._batch.lines("simworld_batch_size", ())
             out += _counter(
                 "simworld_shadow_steps_total",

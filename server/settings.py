@@ -15,6 +15,13 @@ Decisions:
   server runs without a token. Keys travel in URLs (`/k/<key>/...`), so only URL-safe
   characters are allowed, and at least 16 of them.
 - `max_batch` 1 or `max_wait_ms` 0 turns request batching off (the model is called as is).
+- `batching_mode`: "continuous" (default) lets rows join and leave the running batch step
+  by step where the model can (the transformers engine's own decode path), gathering
+  elsewhere; "gather" always gathers whole calls (server/batching.py).
+- `prefix_cache` (64): how many prompts the own decode path keeps the keys and values of
+  (PrefixCache, LRU), batching on or off; a step reuses the longest cached start of its
+  prompt (its session's previous step shares its opening, a retry all of it). About
+  2.5 MB a prompt for the default model; None leaves the engine's own size (8).
 - `worker_threads` (256): how many requests the sync routes run at once (app.py raises
   anyio's worker-thread limit to it; anyio's own default of 40 let only 40 of 64
   concurrent sessions reach the batching model). A session steps one request at a time,
@@ -40,6 +47,7 @@ from simworld.simulators.router import RouterConfig
 API_KEY_VARIABLE = "SIMWORLD_API_KEY"
 MIN_KEY_LENGTH = 16
 WORKER_THREADS = 256
+BATCHING_MODES = ("continuous", "gather")
 _KEY_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
 
 
@@ -61,6 +69,8 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     max_batch: int = 32
     max_wait_ms: float = 5.0
+    batching_mode: str = "continuous"  # or "gather"
+    prefix_cache: int | None = 64  # prompts kept by the own decode path; None: its default
     record: Path | None = None
     router: RouterConfig = field(default_factory=RouterConfig)
     device: str | None = None  # the model's torch device; None: the engine's choice
@@ -79,6 +89,13 @@ class Settings:
             raise ValueError(f"max_batch must be at least 1 (1: no batching), got {self.max_batch}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0 (0: no batching), got {self.max_wait_ms}")
+        if self.batching_mode not in BATCHING_MODES:
+            raise ValueError(
+                f"batching_mode must be one of {', '.join(BATCHING_MODES)}, "
+                f"got {self.batching_mode!r}"
+            )
+        if self.prefix_cache is not None and self.prefix_cache < 0:
+            raise ValueError(f"prefix_cache must be >= 0 (0: none), got {self.prefix_cache}")
         if self.worker_threads < 1:
             raise ValueError(f"worker_threads must be at least 1, got {self.worker_threads}")
         if self.torch_threads is not None and self.torch_threads < 1:

@@ -23,7 +23,7 @@ parser cannot read is reported in `Prediction.problems`, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -117,6 +117,21 @@ class TextWorldModel:
         merge sampled requests. Engines say so with `independent_rows`; one that does not
         is taken not to."""
         return bool(getattr(self.engine, "independent_rows", False))
+
+    def continuous_batching(
+        self, max_rows: int, on_step: Callable[[int], None] | None = None
+    ) -> bool:
+        """Switch the engine to continuous batching of up to `max_rows` rows (concurrent
+        `predict` calls then share decode steps; `on_step(n)` after each step of n rows),
+        or back off with `max_rows=0`. False when the engine cannot (only the transformers
+        engine's own decode path can); nothing changes then."""
+        if max_rows <= 0:
+            stop = getattr(self.engine, "stop_continuous", None)
+            if callable(stop):
+                stop()
+            return False
+        start = getattr(self.engine, "start_continuous", None)
+        return bool(callable(start) and start(max_rows, on_step))
 
     def with_example(self, ctx: Context) -> Context:
         """`ctx` with its nearest recorded step as the example block (when this model has a

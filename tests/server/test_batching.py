@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from threads import in_threads
 
 from simworld.data.bundle import load_bundled
 from simworld.server.batching import BatchingModel
@@ -79,23 +80,7 @@ class Watched:
 
 def concurrently(n: int, call: Callable[[int], Any]) -> list[Any]:
     """Run call(0..n-1) in n threads released together; each result, or the exception."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-
-    def worker(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = call(i)
-        except Exception as exc:
-            results[i] = exc
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-        assert not t.is_alive(), "a caller hung"
-    return results
+    return in_threads(n, call)
 
 
 def test_concurrent_callers_get_their_one_at_a_time_predictions(
@@ -269,3 +254,42 @@ def test_model_attributes_and_argument_errors(wm: TextWorldModel) -> None:
         BatchingModel(wm, max_wait_ms=-1)
     with pytest.raises(ValueError, match="max_wait_ms"):
         BatchingModel(wm, max_wait_ms=float("inf"))
+
+
+def test_continuous_batching_shares_decode_steps_and_changes_no_prediction(
+    wm: TextWorldModel, contexts: list[Context], alone: list[Prediction]
+) -> None:
+    """Greedy and sampled callers at once: each row joins the engine's running batch and
+    gets what it gets alone; `on_batch` counts the rows of each decode step."""
+    seeded = [replace(SAMPLED, seed=40 + i) for i in range(len(contexts))]
+    sampled_alone = [wm.predict([c], cfg)[0] for c, cfg in zip(contexts, seeded, strict=True)]
+    steps: list[int] = []
+    model = BatchingModel(wm, max_batch=8, max_wait_ms=5, on_batch=steps.append, continuous=True)
+    try:
+        assert model.continuous and getattr(wm.engine, "concurrent", False)
+        got = concurrently(
+            2 * len(contexts),
+            lambda i: model.predict([contexts[i // 2]], None if i % 2 == 0 else seeded[i // 2]),
+        )
+        assert [p for (p,) in got[0::2]] == alone
+        assert [p for (p,) in got[1::2]] == sampled_alone
+        assert 1 < max(steps) <= 8
+    finally:
+        model.close()
+    assert not getattr(wm.engine, "concurrent", True)  # close switched the engine back
+
+
+def test_continuous_falls_back_to_gathering_where_the_model_cannot(
+    wm: TextWorldModel, contexts: list[Context]
+) -> None:
+    inner = Watched(wm)  # no continuous_batching: the gathering worker batches its calls
+    sizes: list[int] = []
+    model = BatchingModel(
+        inner, max_batch=8, max_wait_ms=2000, on_batch=sizes.append, continuous=True
+    )
+    try:
+        assert not model.continuous
+        concurrently(8, lambda i: model.predict([contexts[i]]))
+        assert max(sizes) > 1 and sizes == inner.sizes and inner.max_active == 1
+    finally:
+        model.close()

@@ -205,6 +205,7 @@ def test_bench_command_parses_and_refuses(capsys: pytest.CaptureFixture[str]) ->
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "--seconds" in out and "--sessions" in out and "--json" in out
+    assert "--batching" in out and "continuous" in out
     assert main(["bench", "serve", "--seconds", "0"]) == 2
     assert "seconds must be > 0" in capsys.readouterr().err
     assert main(["bench", "serve", "--model", "/no/such/dir"]) == 2

@@ -125,6 +125,7 @@ def test_serve_with_a_key_says_a_token_is_needed_and_never_prints_it() -> None:
         (["--max-sessions", "0"], "max_sessions must be at least 1"),
         (["--record", "/no/such/dir/served.jsonl"], "record: the folder /no/such/dir"),
         (["--max-batch", "0"], "max_batch must be at least 1"),
+        (["--prefix-cache", "-1"], "prefix_cache must be >= 0"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], says: str) -> None:

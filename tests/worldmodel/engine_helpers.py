@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from functools import cache
 
+import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
+from simworld.worldmodel.ar import ARConfig, build_model
 from simworld.worldmodel.bench import random_llama, synthetic_prompts, synthetic_tokenizer
+from simworld.worldmodel.copy_head import CopyLlamaForCausalLM
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -45,3 +48,14 @@ def conversations(n: int = 3) -> list[list[dict[str, str]]]:
         [{"role": "system", "content": "predict the observation"}, {"role": "user", "content": p}]
         for p in prompts(n, context=24, seed=7)
     ]
+
+
+def copy_model(seed: int = 0) -> CopyLlamaForCausalLM:
+    torch.manual_seed(seed)
+    model = build_model(ARConfig.preset("tiny", copy_dim=16), len(tiny_tokenizer()), 0, 0)
+    assert isinstance(model, CopyLlamaForCausalLM)
+    with torch.no_grad():  # weights large enough that greedy choices are not near-ties
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.2)
+    return model.eval()

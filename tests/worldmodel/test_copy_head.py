@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import prompts, tiny_tokenizer
+from engine_helpers import copy_model, prompts, tiny_tokenizer
 
 from simworld.training.batching import Example, collate, encode_example
 from simworld.training.sft import SFTConfig, train_sft
@@ -24,17 +24,6 @@ from simworld.worldmodel.copy_head import (
 )
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.hf import TransformersEngine
-
-
-def copy_model(seed: int = 0) -> CopyLlamaForCausalLM:
-    torch.manual_seed(seed)
-    model = build_model(ARConfig.preset("tiny", copy_dim=16), len(tiny_tokenizer()), 0, 0)
-    assert isinstance(model, CopyLlamaForCausalLM)
-    with torch.no_grad():  # weights large enough that greedy choices are not near-ties
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.2)
-    return model.eval()
 
 
 def test_logits_are_a_normalized_mixture() -> None:

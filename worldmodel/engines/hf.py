@@ -14,7 +14,11 @@ Two decode paths with the same greedy outputs:
   a cache (its pointer needs every position; copy_head.py): correct, and slow.
 
 Prompts are sorted (token lists in lexicographic order, so shared prefixes sit together)
-and run in batches of `batch_size`; outputs come back in the caller's order. An output ends
+and run in batches of `batch_size`; outputs come back in the caller's order.
+`start_continuous(max_rows)` switches the own path to continuous batching
+(continuous.py): from then on concurrent callers' rows share decode steps, each joining
+the running batch when it arrives and leaving it when it ends (`concurrent` is then True:
+call it from as many threads as you like); `stop_continuous()` switches back. An output ends
 before the first end token (the tokenizer's eos and the model's generation-config eos) or
 stop string, or after `max_new_tokens`.
 """
@@ -22,7 +26,7 @@ stop string, or after `max_new_tokens`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import torch
@@ -38,6 +42,7 @@ from simworld.worldmodel.engines.base import (
     generate_validated,
     truncate_at_stop,
 )
+from simworld.worldmodel.engines.continuous import ContinuousDecoder
 from simworld.worldmodel.engines.decode import PrefixCache, lean_generate
 from simworld.worldmodel.engines.lean import LeanLlama, unsupported_reason
 
@@ -82,13 +87,47 @@ class TransformersEngine:
         pad = tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else int(tokenizer.eos_token_id)
         self.last_report = RetryReport()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one model run at a time (the prefix cache too)
+        self._tokenizer_lock = threading.Lock()  # encoding from several threads at once
+        self.continuous: ContinuousDecoder | None = None
 
     @property
     def independent_rows(self) -> bool:
         """Whether a row's output depends only on its prompt and its row seed (the own
         decode path); HF `generate` seeds a whole batch at once."""
         return self.lean is not None
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether concurrent calls share decode steps (continuous batching is on)."""
+        return self.continuous is not None
+
+    def start_continuous(
+        self, max_rows: int = 32, on_step: Callable[[int], None] | None = None
+    ) -> bool:
+        """Switch to continuous batching of up to `max_rows` live rows (`on_step(n)` after
+        each decode step of n rows); each row then reuses the longest cached start of its
+        own prompt, so give the prefix cache room for a prompt per live session. False, and
+        nothing changes, on HF `generate`, which cannot take rows mid-batch."""
+        if self.lean is None:
+            return False
+        self.stop_continuous()
+        self.continuous = ContinuousDecoder(
+            self.lean,
+            self.eos_ids,
+            self.prefix_cache,
+            self._text,
+            max_rows=max_rows,
+            lock=self._lock,
+            on_step=on_step,
+        )
+        return True
+
+    def stop_continuous(self) -> None:
+        """Finish what continuous batching has queued and switch back to batched calls."""
+        decoder, self.continuous = self.continuous, None
+        if decoder is not None:
+            decoder.close()
 
     def generate(self, prompts: Sequence[str], cfg: GenerationConfig) -> list[str]:
         rows = self._encode(prompts, add_special_tokens=True)
@@ -122,7 +161,8 @@ class TransformersEngine:
     def _encode(self, texts: Sequence[str], add_special_tokens: bool) -> list[list[int]]:
         if isinstance(texts, str):
             raise TypeError("pass a sequence of prompts, not one string")
-        enc = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)
+        with self._tokenizer_lock:
+            enc = self.tokenizer(list(texts), add_special_tokens=add_special_tokens)
         rows: list[list[int]] = enc["input_ids"]
         if any(not r for r in rows):
             raise ValueError("a prompt encodes to no tokens")
@@ -135,6 +175,9 @@ class TransformersEngine:
         batches of `batch_size`; row j samples with seed `cfg.row_seed(seed_offsets[j])`
         (default: `cfg.row_seed(j)`)."""
         offsets = list(seed_offsets) or list(range(len(rows)))
+        decoder = self.continuous
+        if decoder is not None:
+            return decoder.generate(rows, cfg, [cfg.row_seed(i) for i in offsets])
         order = sorted(range(len(rows)), key=lambda i: rows[i])
         out: list[list[int]] = [[] for _ in rows]
         with self._lock:
@@ -162,7 +205,8 @@ class TransformersEngine:
         return self._hf_generate(rows, cfg, seeds[0])
 
     def _text(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        with self._tokenizer_lock:
+            return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 
     def _hf_generate(
         self, rows: list[list[int]], cfg: GenerationConfig, seed: int
