@@ -14,10 +14,11 @@ for a served search env (retrieve.py).
 
 The lifespan raises anyio's worker-thread limit to `settings.worker_threads` (settings.py
 says why) and, without a ready hub, sets torch's intra-op threads (`settings.torch_threads`,
-when given), loads the world model (`settings.model`; None: no model), wraps it in a
-BatchingModel, loads the envs, opens the recorder when `settings.record` is set, builds
-the Hub with its Metrics, and on shutdown closes the sessions, the batching worker and the
-recorder, in that order. A hub passed in is the caller's to close.
+or `serving_threads()`; restored on shutdown), loads the world model (`settings.model`;
+None: no model), wraps it in a BatchingModel, loads the envs, opens the recorder when
+`settings.record` is set, builds the Hub with its Metrics, and on shutdown closes the
+sessions, the batching worker and the recorder, in that order, and restores torch's threads.
+A hub passed in is the caller's to close.
 
 Errors are JSON `{"detail": ..., "error": {"kind", "message"}}` (`detail` as FastAPI
 clients expect it), each counted in `metrics.error(kind)`:
@@ -61,7 +62,12 @@ from simworld.server.metrics import CONTENT_TYPE, Metrics
 from simworld.server.openenv import openenv_router
 from simworld.server.rest import router as rest_router
 from simworld.server.retrieve import router as retrieve_router
-from simworld.server.settings import WORKER_THREADS, Settings, keys_from_environment
+from simworld.server.settings import (
+    WORKER_THREADS,
+    Settings,
+    keys_from_environment,
+    serving_threads,
+)
 from simworld.server.virtual import router as virtual_router
 
 log = logging.getLogger(__name__)
@@ -156,10 +162,11 @@ def build_hub(settings: Settings, stack: ExitStack) -> Hub:
         recorder = stack.enter_context(Recorder(settings.record))
     model: WorldModel | None = None
     if settings.model is not None:
-        if settings.torch_threads is not None:
-            import torch
+        import torch
 
-            torch.set_num_threads(settings.torch_threads)
+        before = torch.get_num_threads()
+        torch.set_num_threads(settings.torch_threads or serving_threads())
+        stack.callback(torch.set_num_threads, before)
         model = load_world_model(settings.model, device=settings.device)
         prefixes = getattr(getattr(model, "engine", None), "prefix_cache", None)
         if isinstance(prefixes, PrefixCache) and settings.prefix_cache is not None:

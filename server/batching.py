@@ -51,7 +51,8 @@ values, reused for any later prompt that starts the same way. In continuous mode
 is prefilled on its own, so every row reuses the longest cached start of its own prompt: a
 session's next step shares the opening of the state block with its previous one (the
 prompt opens with the state, render.py BLOCKS: state, task, tools, rules, ...; on the
-bundled BFCL test episodes about 28% of a step's prompt tokens), and a retry shares all
+bundled BFCL test episodes about 28% of a step's prompt tokens; with the task block first
+it would be 25%, the task's elision varying from step to step), and a retry shares all
 of it. In gathering mode a merged call prefills, per chunk, only the tokens common to all
 its rows once; for sessions of different tasks or states that is little more than the
 template's heading. HF `generate` (`decode="generate"`) reuses nothing across calls; the

@@ -80,7 +80,7 @@ class ServeBenchConfig:
     max_batch: int = 32
     max_wait_ms: float = 5.0
     batching_mode: str = "continuous"  # the batched rows' mode: "continuous" or "gather"
-    torch_threads: int | None = None  # None: torch's default (one per core)
+    torch_threads: int | None = None  # None: the server's default (serving_threads())
     split: str = "test"
 
     def __post_init__(self) -> None:
@@ -532,7 +532,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--max-wait-ms", type=float, default=defaults.max_wait_ms)
     add("--batching", dest="batching_mode", choices=BATCHING_MODES,
         default=defaults.batching_mode, help="the batched rows' batching mode")  # fmt: skip
-    add("--torch-threads", type=int, help="torch intra-op threads (default: torch's)")
+    add("--torch-threads", type=int,
+        help="torch intra-op threads (default: the server's, cores - 1)")  # fmt: skip
     add("--json", type=Path, metavar="FILE", help="also write the figures here")
     return _bench
 

@@ -69,7 +69,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--no-cache", action="store_true", help="do not cache model answers")
     add("--device", help="the model's torch device (default: the engine's choice)")
     add("--worker-threads", type=int, default=WORKER_THREADS, help="requests served at once")
-    add("--torch-threads", type=int, help="torch intra-op threads (default: torch's, per core)")
+    add("--torch-threads", type=int,
+        help="torch intra-op threads (default: one less than the cores, at least 1)")  # fmt: skip
     add("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return _serve
 

@@ -6,18 +6,23 @@ requests merge too, each row keeping its own seed, on engines whose rows are ind
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from threads import in_threads
 
 from simworld.data.bundle import load_bundled
+from simworld.server.app import build_hub
 from simworld.server.batching import BatchingModel
+from simworld.server.settings import Settings, serving_threads
 from simworld.worldmodel import load_world_model
 from simworld.worldmodel.context import Context
 from simworld.worldmodel.engines.base import GenerationConfig
@@ -293,3 +298,21 @@ def test_continuous_falls_back_to_gathering_where_the_model_cannot(
         assert max(sizes) > 1 and sizes == inner.sizes and inner.max_active == 1
     finally:
         model.close()
+
+
+def test_the_server_takes_one_core_less_and_gives_torch_its_threads_back(
+    tiny_checkpoint: Path,
+) -> None:
+    before = torch.get_num_threads()
+    settings = Settings(model=str(tiny_checkpoint), envs=("frozenlake",), api_keys=())
+    with ExitStack() as stack:
+        hub = build_hub(settings, stack)
+        assert (
+            torch.get_num_threads() == serving_threads() == max(1, len(os.sched_getaffinity(0)) - 1)
+        )
+        assert isinstance(hub.model, BatchingModel) and hub.model.continuous
+    assert torch.get_num_threads() == before
+    with ExitStack() as stack:
+        build_hub(replace(settings, torch_threads=1, batching_mode="gather"), stack)
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -63,12 +63,14 @@ def test_rows_joining_mid_batch_get_what_they_get_alone(model: str) -> None:
         assert got == want
         decoder = engine.continuous
         assert decoder is not None and decoder.admitted == len(ps)
-        assert max(steps) == 4 and min(steps) >= 1  # at most max_rows live, rows shared steps
-        assert decoder.steps == len(steps) < sum(c.max_new_tokens for c in cfgs)
-        # one caller's several rows come back in its order, each with its own seed
-        assert engine.generate(ps[:3], sampled(3)) == [
-            solo.generate([p], sampled(3 + j))[0] for j, p in enumerate(ps[:3])
+        assert decoder.steps == len(steps) and 1 <= min(steps) <= max(steps) <= 4
+        # one caller's several rows come back in its order, each with its own seed; six
+        # rows at once: four (max_rows) share the first steps, the others join as they end
+        steps.clear()
+        assert engine.generate(ps[:6], sampled(3)) == [
+            solo.generate([p], sampled(3 + j))[0] for j, p in enumerate(ps[:6])
         ]
+        assert steps[0] == 4 and max(steps) == 4 and len(steps) < 6 * 10
     finally:
         engine.stop_continuous()
     assert not engine.concurrent and engine.generate(ps[:2], GREEDY) == [
