@@ -156,12 +156,6 @@ class ContinuousDecoder:
         """`submit(...).result()`: blocks until every row has ended."""
         return self.submit(rows, cfg, seeds).result()
 
-    @property
-    def queued(self) -> int:
-        """Rows waiting to be admitted."""
-        with self._cond:
-            return len(self._queue)
-
     def close(self) -> None:
         """Finish the rows already queued or live, then stop the loop; later `submit` calls
         raise. Idempotent."""
