@@ -17,6 +17,7 @@ from collections.abc import Callable
 from simworld.data.formats import DumpError
 from simworld.data.records import RecordError
 from simworld.eval.run import BASELINES, EvalConfig, evaluate
+from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -72,6 +73,12 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--tau", type=float, default=0.9, help="threshold of cosine≥τ")
     parser.add_argument("--limit", type=int, help="the first N episodes only")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        help="cast the checkpoint's weights: bfloat16, float32 or auto (bfloat16 where the "
+        "hardware runs it natively); default: as trained, float32",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true")
     return _eval
@@ -95,6 +102,7 @@ def _eval(args: argparse.Namespace) -> int:
             tau=args.tau,
             limit=args.limit,
             batch_size=args.batch_size,
+            dtype=args.dtype,
             seed=args.seed,
             progress=not args.no_progress,
         )

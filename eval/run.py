@@ -57,6 +57,7 @@ class EvalConfig:
     tau: float = 0.9  # cosine threshold of the binarized embedding metric
     limit: int | None = None  # first N episodes only
     batch_size: int = 32
+    dtype: str | None = None  # the evaluated checkpoint's weights: "float32" or "bfloat16"
     seed: int = 0
     bootstrap: int = 1000
     progress: bool = True
@@ -88,12 +89,15 @@ def load_episodes(cfg: EvalConfig) -> list[Episode]:
     return episodes
 
 
-def load_predictor(spec: str) -> Predictor:
+def load_predictor(spec: str, dtype: str | None = None) -> Predictor:
     """The evaluated model: "default", a checkpoint directory, "smollm2" (SmolLM2-135M-Instruct
-    prompted), or an OpenAI-compatible endpoint as "URL#MODEL"."""
+    prompted), or an OpenAI-compatible endpoint as "URL#MODEL". `dtype` casts a checkpoint's
+    weights (the transformers engine's `dtype`)."""
     if spec == "smollm2" or spec.startswith(("http://", "https://")):
+        if dtype is not None:
+            raise ValueError(f"dtype applies to checkpoints, not to {spec!r}")
         return prompted_llm(spec)
-    return ModelPredictor(load_world_model(spec))
+    return ModelPredictor(load_world_model(spec, dtype=dtype))
 
 
 def output_schemas(
@@ -117,7 +121,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
     train = _train_episodes(cfg)
     schemas, replaced = output_schemas(train, episodes)
     encoder: Encoder | None = load_encoder() if cfg.embeddings else None
-    model = load_predictor(cfg.model)
+    model = load_predictor(cfg.model, cfg.dtype)
     timing: dict[str, float] = {}
 
     def run(predictor: Predictor, subset: Sequence[StepRef]) -> list[Scored]:
@@ -139,6 +143,7 @@ def evaluate(cfg: EvalConfig) -> dict[str, Any]:
             rows[baseline.name] = run(baseline, refs)
     report: dict[str, Any] = {
         "model": cfg.model,
+        "dtype": cfg.dtype or "float32",
         # Where the report is written is not part of it (the same run reproduces it anywhere).
         "config": {
             k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items() if k != "out"

@@ -167,7 +167,7 @@ def build_hub(settings: Settings, stack: ExitStack) -> Hub:
         before = torch.get_num_threads()
         torch.set_num_threads(settings.torch_threads or serving_threads())
         stack.callback(torch.set_num_threads, before)
-        model = load_world_model(settings.model, device=settings.device)
+        model = load_world_model(settings.model, device=settings.device, dtype=settings.dtype)
         prefixes = getattr(getattr(model, "engine", None), "prefix_cache", None)
         if isinstance(prefixes, PrefixCache) and settings.prefix_cache is not None:
             prefixes.size = settings.prefix_cache

@@ -17,16 +17,17 @@ it (`DELETE`) when the actions run out or the episode ends, and goes on with the
 recorded episode. All sessions start together; after `warmup_seconds` a window of
 `seconds` opens. A row counts the steps completed inside the window whose `info.source` is
 the one the row measures; steps answered otherwise (a recorded call the schema check
-refuses: "validation"; a step the model cannot serve, 503 "unavailable", whose task every
-session then skips: its tool schemas alone pass the model's context budget) are reported
-as `other`, never counted. Steps/s is counted / window; p50 and p99 are the client-side
-latencies (request sent to response parsed) of the counted steps; the mean batch is the
-growth of `/metrics` `simworld_batch_size` (_sum / _count) across the window: rows per
-decode step under continuous batching (the default, `--batching continuous`), contexts
-per model call under `--batching gather` (none: batching off, nothing is counted);
-retries is `info.retries` per counted step, the router's sampled re-asks of a prediction
-with problems (one more model context each; batched with other sessions' rows, each
-keeping its own seed).
+refuses: "validation"; a step the model cannot serve, whose task every session then skips:
+503 "unavailable" when its tool schemas alone pass the model's context budget, 422 when
+the recorded action alone does; `over_budget` finds such tasks in the recorded episodes
+before the first row) are reported as `other`, never counted. Steps/s is counted
+/ window; p50 and p99 are the client-side latencies (request sent to response parsed) of
+the counted steps; the mean batch is the growth of `/metrics` `simworld_batch_size` (_sum
+/ _count) across the window: rows per decode step under continuous batching (the default,
+`--batching continuous`), contexts per model call under `--batching gather` (none:
+batching off, nothing is counted); retries is `info.retries` per counted step, the
+router's sampled re-asks of a prediction with problems (one more model context each;
+batched with other sessions' rows, each keeping its own seed).
 
 Rows:
 1. throughput, the exact cache off (every step is the model's): one server with batching
@@ -58,9 +59,10 @@ import httpx
 import uvicorn
 
 from simworld.data.records import Action, TextAction
-from simworld.server.hub import Limits
+from simworld.server.hub import TOO_LONG, Limits
 from simworld.server.settings import BATCHING_MODES, WORKER_THREADS, Settings
 from simworld.simulators.router import RouterConfig
+from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
 TARGET_RATIO = 5.0  # batched / unbatched steps/s at TARGET_SESSIONS (the issue's target)
 TARGET_SESSIONS = 32
@@ -81,6 +83,7 @@ class ServeBenchConfig:
     max_wait_ms: float = 5.0
     batching_mode: str = "continuous"  # the batched rows' mode: "continuous" or "gather"
     torch_threads: int | None = None  # None: the server's default (serving_threads())
+    dtype: str = "float32"  # the model's weights (Settings.dtype), the same for every server
     split: str = "test"
 
     def __post_init__(self) -> None:
@@ -161,12 +164,12 @@ def bench_serve(
     say = progress or (lambda line: None)
     load_before = os.getloadavg()[0]  # other work on the machine skews every figure
     scripts = load_scripts(cfg.env, cfg.split)
-    unservable: set[str] = set()  # tasks whose inputs do not fit the model's budget
+    unservable = over_budget(cfg.model, cfg.env, cfg.split)  # the same workload for every row
     rows: list[Row] = []
     facts: dict[str, Any] = {}
     for batching in (True, False):
         with serving(_settings(cfg, batching=batching, cache=False)) as base:
-            facts = facts or _facts()
+            facts = facts or _facts(cfg)
             for n in cfg.sessions:
                 mine = [_rotated(scripts, i) for i in range(n)]  # each its own start
                 row = _measure(base, cfg, mine, unservable, batching=batching, source="model")
@@ -202,6 +205,27 @@ def load_scripts(env: str, split: str = "test") -> list[Script]:
     return scripts
 
 
+def over_budget(model: str, env: str, split: str = "test") -> set[str]:
+    """The tasks of `env`'s recorded `split` episodes with a step whose context does not fit
+    `model`'s budget (its tools, rules or the recorded action alone pass it): the server
+    would refuse them (503 or 422), so every row skips them from the start. A step refused
+    that way during a run anyway (the live state differs from the recorded one) adds its
+    task then."""
+    from simworld.data.bundle import load_bundled
+    from simworld.worldmodel.views import BudgetError
+    from simworld.worldmodel.world_model import load_world_model
+
+    wm = load_world_model(model)
+    skipped = set()
+    for ep in load_bundled(split, env=env):
+        try:
+            for i in range(len(ep.steps)):
+                wm.context(ep, i)
+        except BudgetError:
+            skipped.add(ep.task.id)
+    return skipped
+
+
 def step_body(action: Action) -> dict[str, Any]:
     """The native REST step body of a recorded action: OpenAI tool calls, or text."""
     if isinstance(action, TextAction):
@@ -230,14 +254,18 @@ def _settings(cfg: ServeBenchConfig, *, batching: bool, cache: bool) -> Settings
         batching_mode=cfg.batching_mode,
         router=RouterConfig(use_cache=cache),
         torch_threads=cfg.torch_threads,
+        dtype=cfg.dtype,
     )
 
 
-def _facts() -> dict[str, Any]:
+def _facts(cfg: ServeBenchConfig) -> dict[str, Any]:
     """The machine as the server runs on it (read once its lifespan has set torch up)."""
     import torch
 
+    from simworld.worldmodel.engines.hf import resolve_dtype
+
     return {
+        "dtype": str(resolve_dtype(cfg.dtype)).removeprefix("torch."),
         "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)),
         "torch": torch.__version__,
@@ -351,9 +379,14 @@ class _Session(threading.Thread):
 
 
 def _unavailable(response: httpx.Response) -> bool:
-    if response.status_code != 503:
+    """A step this model cannot take: 503 "unavailable" (the task's tools or rules pass its
+    context budget), or 422 for a recorded action that alone passes it."""
+    if response.status_code not in (422, 503):
         return False
-    error: dict[str, Any] = response.json().get("error") or {}
+    body: dict[str, Any] = response.json()
+    if response.status_code == 422:
+        return str(body.get("detail", "")).startswith(TOO_LONG)
+    error: dict[str, Any] = body.get("error") or {}
     return error.get("kind") == "unavailable"
 
 
@@ -489,7 +522,8 @@ def format_result(result: ServeBenchResult) -> str:
         f"{cfg.seconds:g} s per row after {cfg.warmup_seconds:g} s warm-up; batching: "
         f"{cfg.batching_mode}, max_batch {cfg.max_batch}, max_wait_ms {cfg.max_wait_ms:g}",
         f"machine: {facts.get('cores')} cores ({facts.get('cores_usable')} usable), torch "
-        f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads; "
+        f"{facts.get('torch')} with {facts.get('torch_threads')} intra-op threads, weights in "
+        f"{facts.get('dtype')}; "
         f"{facts.get('worker_threads')} request threads; prefix cache "
         f"{Settings.prefix_cache} prompts (on and off); server and clients in one process "
         f"over 127.0.0.1; 1-minute load average before the run "
@@ -534,6 +568,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         default=defaults.batching_mode, help="the batched rows' batching mode")  # fmt: skip
     add("--torch-threads", type=int,
         help="torch intra-op threads (default: the server's, cores - 1)")  # fmt: skip
+    add("--dtype", choices=DTYPE_CHOICES, default=defaults.dtype,
+        help="the model's weights (as simworld serve --dtype)")  # fmt: skip
     add("--json", type=Path, metavar="FILE", help="also write the figures here")
     return _bench
 
@@ -551,6 +587,7 @@ def _bench(args: argparse.Namespace) -> int:
             max_wait_ms=args.max_wait_ms,
             batching_mode=args.batching_mode,
             torch_threads=args.torch_threads,
+            dtype=args.dtype,
         )
         Settings(model=cfg.model, envs=(cfg.env,), api_keys=(), torch_threads=cfg.torch_threads)
     except ValueError as exc:

@@ -28,6 +28,7 @@ from simworld.server.hub import Limits
 from simworld.server.settings import API_KEY_VARIABLE, BATCHING_MODES, WORKER_THREADS, Settings
 from simworld.simulators.envs import SIM_ENVS
 from simworld.simulators.router import RouterConfig
+from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
 Handler = Callable[[argparse.Namespace], int]
 LIMITS = Limits()
@@ -68,6 +69,10 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         help="let the real backend answer steps that cost at most this (0: off)")  # fmt: skip
     add("--no-cache", action="store_true", help="do not cache model answers")
     add("--device", help="the model's torch device (default: the engine's choice)")
+    add("--dtype", choices=DTYPE_CHOICES, default="float32",
+        help="the model's weights: float32, bfloat16 (faster where the hardware runs it "
+        "natively; a session's predictions can then depend on the others in its batch) or "
+        "auto (bfloat16 where native)")  # fmt: skip
     add("--worker-threads", type=int, default=WORKER_THREADS, help="requests served at once")
     add("--torch-threads", type=int,
         help="torch intra-op threads (default: one less than the cores, at least 1)")  # fmt: skip
@@ -102,6 +107,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         record=args.record,
         router=router,
         device=args.device,
+        dtype=args.dtype,
         worker_threads=args.worker_threads,
         torch_threads=args.torch_threads,
     )

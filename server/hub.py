@@ -412,12 +412,15 @@ def _check_state_shape(given: JSON, own: JSON, env: str) -> None:
         raise BadRequest(f"initial_state: env {env!r} keeps its state as {want}, got {got}")
 
 
+TOO_LONG = "the step does not fit the world model's context"  # the 422 when the action is
+
+
 def _budget_refusal(exc: BudgetError, live: Live) -> HubError:
     """A step whose context does not fit the model: the client's mistake when its own
     action (or the state it supplied) is what overflows, else this server's (the model was
     trained with a context too short for this env's tools or rules)."""
     if exc.block == "action" or live.client_state:
-        return BadRequest(f"the step does not fit the world model's context: {exc}")
+        return BadRequest(f"{TOO_LONG}: {exc}")
     return Unavailable(
         f"the world model cannot serve this {live.env!r} step: {exc} (serve a model trained "
         "with a longer context for this env)"

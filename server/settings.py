@@ -22,6 +22,15 @@ Decisions:
   (PrefixCache, LRU), batching on or off; a step reuses the longest cached start of its
   prompt (its session's previous step shares its opening, a retry all of it). About
   2.5 MB a prompt for the default model; None leaves the engine's own size (8).
+- `dtype` ("float32"): "bfloat16" casts the model's weights and KV cache to bfloat16
+  ("auto": bfloat16 where the hardware multiplies it natively, a CPU with AMX or
+  AVX512-BF16 or a GPU that supports it; float32 elsewhere). Same accuracy on the bundled
+  test split (BFCL JSON-canonical 0.405 against 0.404), more steps/s from 8 sessions up and
+  fewer at one session (see the README's serving figures), and a session's answers still
+  do not depend on the other sessions in its batch (engines/hf.py). float32 stays the
+  default: it answers exactly what `simworld eval` measures, it is the faster choice with
+  few sessions or batching off, and its independence of the batch does not rest on the
+  CPU's bfloat16 kernels. MDLM checkpoints run in float32 whatever this says.
 - `worker_threads` (256): how many requests the sync routes run at once (app.py raises
   anyio's worker-thread limit to it; anyio's own default of 40 let only 40 of 64
   concurrent sessions reach the batching model). A session steps one request at a time,
@@ -46,6 +55,7 @@ from simworld.server.hub import Limits
 from simworld.simulators.envs import SIM_ENVS, sim_env_name
 from simworld.simulators.envs.captured import find_captured_env
 from simworld.simulators.router import RouterConfig
+from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
 API_KEY_VARIABLE = "SIMWORLD_API_KEY"
 MIN_KEY_LENGTH = 16
@@ -85,6 +95,7 @@ class Settings:
     record: Path | None = None
     router: RouterConfig = field(default_factory=RouterConfig)
     device: str | None = None  # the model's torch device; None: the engine's choice
+    dtype: str = "float32"  # the model's weights: "float32", "bfloat16" or "auto"
     worker_threads: int = WORKER_THREADS
     torch_threads: int | None = None
 
@@ -107,6 +118,8 @@ class Settings:
             )
         if self.prefix_cache is not None and self.prefix_cache < 0:
             raise ValueError(f"prefix_cache must be >= 0 (0: none), got {self.prefix_cache}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.worker_threads < 1:
             raise ValueError(f"worker_threads must be at least 1, got {self.worker_threads}")
         if self.torch_threads is not None and self.torch_threads < 1:

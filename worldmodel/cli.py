@@ -4,6 +4,7 @@
     simworld bench decode                      # the shipped default on bundled test prompts
     simworld bench decode --model out/ckpt     # any AR checkpoint
     simworld bench decode --model random       # a random 5.3M Llama on synthetic prompts
+    simworld bench decode --dtype bfloat16     # both paths with bfloat16 weights
 
 Prints ms per observation, new tokens/s and the fraction of the machine's bound, for HF
 `generate` and the own decode path at batch 1, 8 and 32 (see `simworld.worldmodel.bench`).
@@ -14,6 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+
+from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -26,6 +29,12 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="float32",
+        help="the checkpoint's weights on both paths (not for --model random)",
+    )
     return _decode
 
 
@@ -36,6 +45,9 @@ def _decode(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if args.model == "random":
+        if args.dtype != "float32":
+            print("simworld bench decode: --dtype applies to checkpoints only", file=sys.stderr)
+            return 2
         bench.main()
         return 0
     from simworld.data.bundle import load_bundled
@@ -43,7 +55,7 @@ def _decode(args: argparse.Namespace) -> int:
     from simworld.worldmodel.world_model import load_world_model
 
     try:
-        wm = load_world_model(args.model)
+        wm = load_world_model(args.model, dtype=args.dtype)
     except (FileNotFoundError, ValueError) as exc:
         print(f"simworld bench decode: {exc}", file=sys.stderr)
         return 1
@@ -60,6 +72,7 @@ def _decode(args: argparse.Namespace) -> int:
         prompts[:need],
         batch_sizes=args.batch_sizes,
         new_tokens=args.new_tokens,
+        label="" if args.dtype == "float32" else f"-{args.dtype}",
     )
     return 0
 

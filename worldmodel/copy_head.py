@@ -105,13 +105,20 @@ def mixture_logprobs(
     logits (B, T, V) from the vocabulary head; query (B, T, dc); keys (B, S, dc); gate
     (B, T, 1) before the sigmoid; ids (B, S) the token at each key position; allowed
     (B, T, S) which positions each query may copy from (every row allows at least one)."""
-    p_vocab = torch.softmax(logits.float(), dim=-1)  # (B, T, V)
-    scores = query.float() @ keys.float().transpose(1, 2) / math.sqrt(query.shape[-1])
+    with torch.autocast(logits.device.type, enabled=False):  # the mixture stays in fp32
+        return _mixture(logits.float(), query.float(), keys.float(), gate.float(), ids, allowed)
+
+
+def _mixture(
+    logits: Tensor, query: Tensor, keys: Tensor, gate: Tensor, ids: Tensor, allowed: Tensor
+) -> Tensor:
+    p_vocab = torch.softmax(logits, dim=-1)  # (B, T, V)
+    scores = query @ keys.transpose(1, 2) / math.sqrt(query.shape[-1])
     attn = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (B, T, S)
     B, T, S = attn.shape
     index = ids[:, None, :].expand(B, T, S)  # (B, T, S)
     p_copy = torch.zeros_like(p_vocab).scatter_add_(2, index, attn)  # (B, T, V)
-    g = torch.sigmoid(gate.float())  # (B, T, 1)
+    g = torch.sigmoid(gate)  # (B, T, 1)
     return torch.log(g * p_vocab + (1 - g) * p_copy + EPS)  # (B, T, V)
 
 

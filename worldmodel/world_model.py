@@ -174,13 +174,19 @@ def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
 
 
 def load_world_model(
-    path: str | Path = "default", *, device: str | None = None, **engine_options: Any
+    path: str | Path = "default",
+    *,
+    device: str | None = None,
+    dtype: str | None = None,
+    **engine_options: Any,
 ) -> TextWorldModel:
     """A checkpoint directory ("default": the shipped one) as a world model, with the budget
     and decode bound it was trained with, and its retrieval memory when it has one (a
     checkpoint without memory.jsonl.gz predicts without examples, as before). An AR
-    checkpoint runs on the transformers engine (`engine_options` go to it); an MDLM one
-    (kind "mdlm") on `MDLMEngine` (`engine_options`: steps, order, batch_size)."""
+    checkpoint runs on the transformers engine (`engine_options` go to it; `dtype`:
+    "float32", "bfloat16" or "auto", see engines/hf.py; None keeps float32); an MDLM one
+    (kind "mdlm") on `MDLMEngine` (`engine_options`: steps, order, batch_size), in float32
+    only: "auto" means float32 for it, "bfloat16" is refused (not checked)."""
     from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
 
     directory = default_checkpoint() if str(path) == "default" else Path(path)
@@ -191,6 +197,8 @@ def load_world_model(
         )
     engine: Engine
     if read_meta(directory).kind == "mdlm":
+        if dtype not in (None, "auto", "float32"):
+            raise ValueError(f"{directory} is an MDLM checkpoint: it runs in float32 only")
         from simworld.worldmodel.mdlm import load_mdlm
         from simworld.worldmodel.mdlm_sample import MDLMEngine
 
@@ -200,7 +208,12 @@ def load_world_model(
     else:
         model, tokenizer, meta = load_checkpoint(directory)
         engine = load_engine(
-            "transformers", model=model, tokenizer=tokenizer, device=device, **engine_options
+            "transformers",
+            model=model,
+            tokenizer=tokenizer,
+            device=device,
+            dtype=dtype,
+            **engine_options,
         )
     if str(meta.serialization_version) not in READS_VERSIONS:
         raise ValueError(

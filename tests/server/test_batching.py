@@ -316,3 +316,16 @@ def test_the_server_takes_one_core_less_and_gives_torch_its_threads_back(
         build_hub(replace(settings, torch_threads=1, batching_mode="gather"), stack)
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+
+
+def test_the_server_loads_its_model_in_the_dtype_asked_for(tiny_checkpoint: Path) -> None:
+    settings = Settings(model=str(tiny_checkpoint), envs=("frozenlake",), api_keys=())
+    for dtype, want in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        with ExitStack() as stack:
+            hub = build_hub(replace(settings, dtype=dtype), stack)
+            assert isinstance(hub.model, BatchingModel)
+            inner = hub.model.model
+            assert isinstance(inner, TextWorldModel)
+            assert {p.dtype for p in inner.engine.model.parameters()} == {want}  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="dtype must be one of auto, float32, bfloat16"):
+        Settings(model=str(tiny_checkpoint), envs=("frozenlake",), api_keys=(), dtype="half")

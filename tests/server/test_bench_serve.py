@@ -30,14 +30,16 @@ from simworld.server.bench import (
     Row,
     ServeBenchConfig,
     ServeBenchResult,
+    _unavailable,
     batch_totals,
     bench_serve,
     format_result,
     load_scripts,
+    over_budget,
     percentile,
     step_body,
 )
-from simworld.server.hub import Hub
+from simworld.server.hub import TOO_LONG, Hub
 from simworld.simulators.envs import load_sim_env
 from simworld.simulators.router import RouterConfig
 from simworld.worldmodel.context import Budget, Context
@@ -127,6 +129,28 @@ def test_step_body_keeps_the_raw_arguments() -> None:
         ]
     }
     assert step_body(TextAction("LEFT")) == {"text": "LEFT"}
+
+
+def test_steps_the_model_cannot_take_skip_their_task() -> None:
+    """503 "unavailable" (the task's inputs pass the budget) and the 422 of a recorded action
+    that alone passes it mark the task unservable; other refusals are the bench's error."""
+
+    def answer(status: int, body: dict[str, object]) -> httpx.Response:
+        return httpx.Response(status, json=body)
+
+    assert _unavailable(answer(503, {"error": {"kind": "unavailable", "message": "tools"}}))
+    assert _unavailable(answer(422, {"detail": f"{TOO_LONG}: the action block needs 1274"}))
+    assert not _unavailable(answer(422, {"detail": "arguments.path: 'x' is not a string"}))
+    assert not _unavailable(answer(503, {"error": {"kind": "overloaded"}}))
+    assert not _unavailable(answer(200, {"detail": TOO_LONG}))
+
+
+def test_tasks_past_the_budget_are_found_before_the_run() -> None:
+    """The default model's budget cannot hold the tool schemas of bfcl-55, bfcl-59 and
+    bfcl-172 (the server answers 503): they are skipped from the first row on."""
+    skipped = over_budget("default", "bfcl")
+    assert {"bfcl-55", "bfcl-59", "bfcl-172"} <= skipped
+    assert len(skipped) < len({s.task_id for s in load_scripts("bfcl")})
 
 
 def test_percentile_and_metrics_parsing() -> None:

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # weight dtypes of the transformers engine
+
 log = logging.getLogger(__name__)
 
 ChatMessages = list[dict[str, Any]]

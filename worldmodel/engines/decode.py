@@ -2,7 +2,8 @@
 
     1. The tokens all rows share at the start (schemas, rules, ...) are prefilled once, with
        batch 1; a `PrefixCache` keeps such prefixes' keys and values across calls, so the
-       next step of a session only prefills what changed.
+       next step of a session only prefills what changed (from the last whole 32-token
+       block they share: see PrefixCache).
     2. The shared prefix's cache is broadcast to every row; each row's own suffix is
        prefilled, left-padded, in one batched forward.
     3. Decode steps of one token per row; a row stops at an end token, a stop string or
@@ -24,12 +25,17 @@ import torch
 from torch import Tensor
 
 from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.engines.lean import KVCache, LeanLlama
+from simworld.worldmodel.engines.lean import PREFILL_BLOCK, KVCache, LeanLlama
 
 
 class PrefixCache:
     """Keys and values of recently prefilled prefixes (LRU, `size` entries), reused for any
-    later prefix that starts the same way (causality: slot i depends on tokens <= i)."""
+    later prefix that starts the same way (causality: slot i depends on tokens <= i).
+
+    A match is cut down to a multiple of PREFILL_BLOCK tokens: the prefill then starts at a
+    block boundary and computes the same attention blocks as a prefill from slot 0, so a
+    prompt's keys and first token are the same whatever happened to be cached (in bfloat16
+    a different cut would round differently)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -42,7 +48,8 @@ class PrefixCache:
             n = _common_length([key, tokens])
             if n > best:
                 best, best_key = n, key
-        if best_key is None:
+        best -= best % PREFILL_BLOCK
+        if best_key is None or best == 0:
             return 0, None
         self._entries.move_to_end(best_key)
         self.hits += 1
@@ -145,6 +152,7 @@ def lean_generate(
     if any(not r for r in rows):
         raise ValueError("every prompt must have at least one token")
     B, dev = len(rows), lean.device
+    alone = [0] if B == 1 else None  # one row attends as a continuous-batching row does
     batch, key_valid, next_pos, logits = _prefill_batch(lean, rows, cache, cfg.max_new_tokens)
     slot = batch.capacity - cfg.max_new_tokens
     gen_device = "cpu" if dev.type == "mps" else dev
@@ -175,6 +183,6 @@ def lean_generate(
             done = [False] * len(live)
         key_valid[:, slot + step] = True
         pos = (next_pos + step)[:, None]  # (b, 1)
-        hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid)  # (b, D)
+        hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid, alone)  # (b, D)
         logits = lean.logits(hidden, batch, key_valid, slot + step + 1)  # (b, V)
     return out

@@ -13,6 +13,18 @@ Two decode paths with the same greedy outputs:
   LM; sampling repeats for the same batch and seed only. A copy-head model runs it without
   a cache (its pointer needs every position; copy_head.py): correct, and slow.
 
+`dtype="bfloat16"` casts the weights (of the model passed in, in place) and so the KV cache
+to bfloat16: on CPUs with AMX or AVX512-BF16 the matmuls run several times faster than in
+float32, at the price of bfloat16 rounding (greedy outputs can change; logits and the copy
+head's mixture are still computed in float32). "auto" picks bfloat16 where it runs natively
+(`native_bfloat16`), float32 elsewhere; None keeps the checkpoint's dtype. A row decoded
+alone or in a continuous batch gets the same tokens whatever shares its batch and whatever
+the prefix cache held, in either dtype: each decode row attends to its own slots only and
+prefill attention runs in blocks aligned to the cache's cut (lean.py); bfloat16 matmuls on
+these CPUs compute each row the same for any number of rows (checked by the tests). Several
+prompts padded into one call (`generate` with a batch, `--batching gather`, eval) can round
+differently from each prompt alone in bfloat16.
+
 Prompts are sorted (token lists in lexicographic order, so shared prefixes sit together)
 and run in batches of `batch_size`; outputs come back in the caller's order.
 `start_continuous(max_rows)` switches the own path to continuous batching
@@ -35,6 +47,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from simworld.worldmodel.copy_head import is_copy_model
 from simworld.worldmodel.engines.base import (
+    DTYPE_CHOICES,
     ChatMessages,
     GenerationConfig,
     RetryReport,
@@ -47,6 +60,32 @@ from simworld.worldmodel.engines.decode import PrefixCache, lean_generate
 from simworld.worldmodel.engines.lean import LeanLlama, unsupported_reason
 
 DecodePath = Literal["own", "generate"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # DTYPE_CHOICES but "auto"
+
+
+def native_bfloat16(device: str | torch.device) -> bool:
+    """Whether bfloat16 matmuls run natively on `device`: a CUDA GPU that supports them, or a
+    CPU with AMX tiles or AVX512-BF16 (elsewhere the CPU emulates them, slower than fp32)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    if device.type != "cpu":
+        return False
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu, torch >= 2.3
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
+
+
+def resolve_dtype(name: str | torch.dtype, device: str | torch.device = "cpu") -> torch.dtype:
+    """A dtype from its name in DTYPE_CHOICES (or a torch dtype in DTYPES); "auto" is bfloat16
+    where `native_bfloat16(device)`, else float32. Anything else: a ValueError."""
+    if isinstance(name, torch.dtype) and name in DTYPES.values():
+        return name
+    if name == "auto":
+        return torch.bfloat16 if native_bfloat16(device) else torch.float32
+    if isinstance(name, str) and name in DTYPES:
+        return DTYPES[name]
+    choices = ", ".join(DTYPE_CHOICES)
+    raise ValueError(f"dtype {name!r} is not supported: choose one of {choices}")
 
 
 class TransformersEngine:
@@ -63,6 +102,7 @@ class TransformersEngine:
         prefix_cache_size: int = 8,
         max_retries: int = 2,
         ignore_eos: bool = False,
+        dtype: str | torch.dtype | None = None,
     ) -> None:
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos token: it must end an observation")
@@ -70,6 +110,8 @@ class TransformersEngine:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if device is not None:
             torch.nn.Module.to(model, device)
+        if dtype is not None:  # casts the caller's model in place
+            torch.nn.Module.to(model, resolve_dtype(dtype, model.device))
         torch.nn.Module.eval(model)
         self.model = model
         self.tokenizer = tokenizer

@@ -19,6 +19,7 @@ runs it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ from simworld.worldmodel.copy_head import MODEL_TYPE as COPY_MODEL_TYPE
 from simworld.worldmodel.copy_head import is_copy_model, mixture_logprobs
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
+PREFILL_BLOCK = 32  # prefill attention runs in query blocks aligned to this many slots
 
 
 @dataclass
@@ -151,13 +153,20 @@ class LeanLlama:
 
     @torch.inference_mode()
     def forward(
-        self, ids: Tensor, pos: Tensor, cache: KVCache, start: int, key_valid: Tensor
+        self,
+        ids: Tensor,
+        pos: Tensor,
+        cache: KVCache,
+        start: int,
+        key_valid: Tensor,
+        firsts: list[int] | None = None,
     ) -> Tensor:
         """Run tokens `ids` (B, T) at rotary positions `pos` (B, T), writing their keys and
         values to cache slots [start, start + T). `key_valid` (B, >= start + T) marks the
-        slots a row may attend to (its padding is False). Returns the last position's
-        hidden state after the final norm, (B, D); with a copy head every position's pointer
-        key and token go to the cache too."""
+        slots a row may attend to (its padding is False); `firsts` (one decode token a row,
+        T == 1), when given, is each row's first valid slot, its valid slots then running
+        to the end. Returns the last position's hidden state after the final norm, (B, D);
+        with a copy head every position's pointer key and token go to the cache too."""
         B, T = ids.shape
         end = start + T
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
@@ -173,9 +182,7 @@ class LeanLlama:
             k_cache[:, :, start:end] = k * cos + _rotate_half(k) * sin
             v_cache[:, :, start:end] = v.view(B, T, Hkv, hd).transpose(1, 2)
             q = q * cos + _rotate_half(q) * sin
-            a = F.scaled_dot_product_attention(
-                q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, enable_gqa=Hkv != H
-            )  # (B, H, T, hd)
+            a = _attend(q, k_cache, v_cache, mask, start, firsts, Hkv != H)  # (B, H, T, hd)
             x = x + F.linear(a.transpose(1, 2).reshape(B, T, H * hd), layer.wo)  # (B, T, D)
             h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
             gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (B, T, I) each
@@ -216,6 +223,51 @@ def _extract_layer(block: Any) -> _Layer:
         post_norm=block.post_attention_layernorm.weight.detach(),
         wgu=wgu.detach(),
         wdown=mlp.down_proj.weight.detach(),
+    )
+
+
+def _attend(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    mask: Tensor,
+    start: int,
+    firsts: list[int] | None,
+    gqa: bool,
+) -> Tensor:
+    """Attention of queries q (B, H, T, hd) at slots [start, start + T) over the cache, so
+    that a row's result never depends on the rest of its batch or on where its prompt's
+    cached prefix ended (bfloat16 rounds the attention kernels' blocking into the output):
+    - `firsts` (decode, T == 1): each row attends alone to its own slots [first, end), as
+      it would decoded alone, however long the other rows' spans are;
+    - one row of several tokens (prefill): queries in blocks aligned to PREFILL_BLOCK
+      slots, each over the keys up to its end, so a prompt prefilled from slot 0 and one
+      continued from a cached prefix (cut at a block boundary) compute the same blocks;
+    - otherwise (padded batches): one call under `mask` (B, 1, T, end)."""
+    B, _, T, _ = q.shape
+    end = start + T
+    if firsts is not None:
+        rows = [
+            F.scaled_dot_product_attention(
+                q[b : b + 1], k_cache[b : b + 1, :, f:end], v_cache[b : b + 1, :, f:end],
+                enable_gqa=gqa,
+            )
+            for b, f in enumerate(firsts)
+        ]  # fmt: skip
+        return torch.cat(rows)
+    if B == 1 and T > 1:
+        cuts = [0, *range(PREFILL_BLOCK - start % PREFILL_BLOCK, T, PREFILL_BLOCK), T]
+        blocks = [
+            F.scaled_dot_product_attention(
+                q[:, :, i:j], k_cache[:, :, : start + j], v_cache[:, :, : start + j],
+                attn_mask=mask[:, :, i:j, : start + j], enable_gqa=gqa,
+            )
+            for i, j in pairwise(cuts)
+            if j > i
+        ]  # fmt: skip
+        return torch.cat(blocks, dim=2)
+    return F.scaled_dot_product_attention(
+        q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, enable_gqa=gqa
     )
 
 
