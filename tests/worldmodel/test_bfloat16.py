@@ -134,3 +134,14 @@ def test_continuous_rows_equal_their_solo_decode_in_bfloat16() -> None:
     finally:
         engine.stop_continuous()
     assert got == solo
+
+
+def test_copy_head_mixture_stays_float32_under_autocast() -> None:
+    """Under bfloat16 autocast (mixed-precision training) the copy head's pointer and
+    mixture run in float32: log-probabilities in float32 that still normalise."""
+    model = copy.deepcopy(copy_model())
+    ids = torch.tensor([tiny_tokenizer()(prompts(1)[0])["input_ids"][:40]])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp = model(input_ids=ids).logits  # (1, T, V)
+    assert logp.dtype == torch.float32
+    assert torch.allclose(logp.exp().sum(-1), torch.ones(1, ids.shape[1]), atol=1e-3)
