@@ -34,11 +34,9 @@ from simworld.server.bench import (
     batch_totals,
     bench_serve,
     format_result,
-    load_scripts,
-    over_budget,
     percentile,
-    step_body,
 )
+from simworld.server.bench_workload import load_scripts, over_budget, step_body
 from simworld.server.hub import TOO_LONG, Hub
 from simworld.simulators.envs import load_sim_env
 from simworld.simulators.router import RouterConfig
