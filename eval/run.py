@@ -57,7 +57,7 @@ class EvalConfig:
     tau: float = 0.9  # cosine threshold of the binarized embedding metric
     limit: int | None = None  # first N episodes only
     batch_size: int = 32
-    dtype: str | None = None  # the evaluated checkpoint's weights: "float32" or "bfloat16"
+    dtype: str | None = None  # a checkpoint's weights: "float32", "bfloat16", "auto"; None: f32
     seed: int = 0
     bootstrap: int = 1000
     progress: bool = True

@@ -70,9 +70,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--no-cache", action="store_true", help="do not cache model answers")
     add("--device", help="the model's torch device (default: the engine's choice)")
     add("--dtype", choices=DTYPE_CHOICES, default="float32",
-        help="the model's weights: float32, bfloat16 (faster where the hardware runs it "
-        "natively; a session's predictions can then depend on the others in its batch) or "
-        "auto (bfloat16 where native)")  # fmt: skip
+        help="the model's weights: float32, bfloat16 (where the hardware runs it natively: "
+        "faster batched, slower at batch 1) or auto (bfloat16 where native)")  # fmt: skip
     add("--worker-threads", type=int, default=WORKER_THREADS, help="requests served at once")
     add("--torch-threads", type=int,
         help="torch intra-op threads (default: one less than the cores, at least 1)")  # fmt: skip
