@@ -187,6 +187,7 @@ def decode_benchmark(
                 runs, tokenizer, decode=path, batch_size=batch, ignore_eos=True
             )
             engine.generate_tokens(rows[-batch:], cfg)  # warm-up on other prompts
+            engine.prefix_cache.clear()  # only prompts of the timed call share prefixes
             t0 = time.perf_counter()
             out = engine.generate_tokens(rows[:n], cfg)
             elapsed = time.perf_counter() - t0

@@ -136,6 +136,22 @@ def test_continuous_rows_equal_their_solo_decode_in_bfloat16() -> None:
     assert got == solo
 
 
+@pytest.mark.parametrize("make", [copy_model, attention_model], ids=["copy-head", "heads-of-32"])
+def test_batched_generate_equals_each_prompt_alone_in_bfloat16(make: object) -> None:
+    """One `generate` call over prompts of different lengths, some sharing a start, gives
+    each prompt the tokens it gets alone on a fresh engine: no padding or shared prefill
+    changes a row's rounding."""
+    model = bf16(make())  # type: ignore[operator]
+    ps = prompts(3, context=120, shared=60, seed=4) + prompts(3, context=50, shared=0, seed=5)
+    solo = [
+        TransformersEngine(model, tiny_tokenizer(), prefix_cache_size=0).generate([p], GREEDY)[0]
+        for p in ps
+    ]
+    engine = TransformersEngine(model, tiny_tokenizer(), prefix_cache_size=8)
+    assert engine.generate(ps, GREEDY) == solo
+    assert engine.generate(ps[::-1], GREEDY) == solo[::-1]
+
+
 def test_copy_head_mixture_stays_float32_under_autocast() -> None:
     """Under bfloat16 autocast (mixed-precision training) the copy head's pointer and
     mixture run in float32: log-probabilities in float32 that still normalise."""

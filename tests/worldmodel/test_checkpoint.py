@@ -1,4 +1,5 @@
-"""Checkpoints: a save/load round trip gives identical logits; incomplete dirs fail clearly."""
+"""Checkpoints: a save/load round trip gives identical weights and the same logits;
+incomplete dirs fail clearly."""
 
 from __future__ import annotations
 
@@ -28,8 +29,15 @@ def test_round_trip_gives_identical_logits_and_meta(tmp_path: Path) -> None:
     loaded, loaded_tok, meta = load_checkpoint(path)
     ids = torch.tensor([encode(tok, TEXTS[3])])  # (1, T)
     model.eval()
+    want = model.state_dict()
+    got = loaded.state_dict()
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)  # every weight, bit for bit
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, loaded(ids).logits)
+        # Equal weights can still round apart in the last bit: some BLAS kernels (seen on
+        # AMD EPYC) block differently for differently aligned memory, and the loaded
+        # weights live elsewhere than the trained ones.
+        torch.testing.assert_close(model(ids).logits, loaded(ids).logits, atol=1e-5, rtol=0)
     assert encode(loaded_tok, TEXTS[3]) == ids[0].tolist()
     assert meta.kind == "ar" and meta.serialization_version == "test-1"
     assert meta.metrics == {"val_exact": 0.5} and meta.training_args == {"lr": 0.1}

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.engines.decode import PrefixCache, _prefill_batch, _sample
+from simworld.worldmodel.engines.decode import PrefixCache, _prefill_rows, _sample
 from simworld.worldmodel.engines.lean import KVCache, LeanLlama
 
 log = logging.getLogger(__name__)
@@ -198,35 +198,36 @@ class ContinuousDecoder:
 
     def _admit(self, rows: list[_Row]) -> None:
         """Prefill `rows`, take each one's first token, and place the rows that go on into
-        the batch's cache. Each row is prefilled on its own, so it reuses the longest
-        cached prefix of its own prompt (a session's previous step, a retried context)
-        and leaves its prompt in the cache for the next one; prefill is compute-bound, so
-        this costs no more than prefilling distinct prompts together."""
-        filled = [_prefill_batch(self.lean, [row.prompt], self.prefix_cache, 0) for row in rows]
+        the batch's cache. Each row's prompt is prefilled on its own (`_prefill_rows`), so
+        it reuses the longest cached prefix of its own prompt (a session's previous step, a
+        retried context) and leaves its prompt in the cache for the next one; prefill is
+        compute-bound, so this costs no more than prefilling distinct prompts together.
+        The prompts' last tokens run together, one decode step for all the rows."""
+        tmp, _, next_pos, logits, firsts = _prefill_rows(
+            self.lean, [row.prompt for row in rows], self.prefix_cache, 0
+        )
         self.admitted += len(rows)
-        logits = torch.cat([f[3] for f in filled])  # (len(rows), V)
-        joining: list[tuple[_Row, KVCache, Tensor]] = []
-        for row, (tmp, tmp_valid, next_pos, _), token in zip(
-            rows, filled, self._pick(logits, rows), strict=True
-        ):
-            row.pos = int(next_pos[0])
+        end = tmp.capacity  # row i's slots in `tmp`: [firsts[i], end), its prompt unpadded
+        joining: list[tuple[_Row, int]] = []
+        for i, (row, token) in enumerate(zip(rows, self._pick(logits, rows), strict=True)):
+            row.pos = int(next_pos[i])
             if self._record(row, token):
-                joining.append((row, tmp, tmp_valid))
+                joining.append((row, i))
         if not joining:
             return
-        span = max(tmp.capacity for _, tmp, _ in joining)
+        span = max(end - firsts[i] for _, i in joining)
         need = max(
             r.cfg.max_new_tokens - len(r.out) for r in [*self._live, *(j[0] for j in joining)]
         )
         self._make_room(span, need)
         assert self._cache is not None
         w = self._w
-        for row, tmp, tmp_valid in joining:
-            b, size = len(self._live), tmp.capacity  # a row's slots: its prompt, unpadded
+        for row, i in joining:
+            b, size = len(self._live), end - firsts[i]
             for dst, src in zip(self._cache.tensors(), tmp.tensors(), strict=True):
-                dst[b, :, w - size : w] = src[0]
+                dst[b, :, w - size : w] = src[i, :, firsts[i] : end]
             self._valid[b] = False
-            self._valid[b, w - size : w] = tmp_valid[0]
+            self._valid[b, w - size : w] = True
             row.first = w - size
             self._live.append(row)
 

@@ -1,17 +1,23 @@
 """The own decode loop: a batch of token lists in, generated token lists out, on `LeanLlama`.
 
-    1. The tokens all rows share at the start (schemas, rules, ...) are prefilled once, with
-       batch 1; a `PrefixCache` keeps such prefixes' keys and values across calls, so the
-       next step of a session only prefills what changed (from the last whole 32-token
-       block they share: see PrefixCache).
-    2. The shared prefix's cache is broadcast to every row; each row's own suffix is
-       prefilled, left-padded, in one batched forward.
-    3. Decode steps of one token per row; a row stops at an end token, a stop string or
-       `max_new_tokens`; the loop ends when every row has. When half the rows have
-       finished, they are dropped from the batch (cache rows included).
+    1. Each row's prompt but its last token is prefilled on its own, with batch 1, from
+       the longest cached start of that prompt: a `PrefixCache` keeps prompts' keys and
+       values across rows and calls, so rows that share a start (the schemas and state of
+       one scenario, the next step of a session; callers sort their rows so that such
+       rows sit together) prefill only what differs (from the last whole 32-token block
+       they share: see PrefixCache).
+    2. The rows' keys and values are right-aligned in one batch cache, every prompt ending
+       at the same slot (the slots before a shorter row's first are never read), and the
+       prompts' last tokens run together as the first decode step.
+    3. Decode steps of one token per row, each row attending to its own slots only; a row
+       stops at an end token, a stop string or `max_new_tokens`; the loop ends when every
+       row has. When half the rows have finished, they are dropped from the batch (cache
+       rows included).
 
-Cache layout per row: [shared prefix | padding | suffix | generated]; padding slots are
-masked out and rotary positions skip them, so a row sees exactly what it would alone.
+So a row computes exactly what it computes alone, bit for bit, whatever else is in its
+batch (the continuous decoder, continuous.py, places and decodes rows the same way):
+rotary positions count a row's own tokens, attention reads its own slots, and the matmuls
+compute a row the same for any number of rows (tests/worldmodel/test_bfloat16.py).
 Sampling draws row `b` from its own generator seeded `seeds[b]`: top-p over the
 temperature-scaled softmax, by inverse CDF.
 """
@@ -56,6 +62,10 @@ class PrefixCache:
         self.reused_tokens += best
         return best, self._entries[best_key]
 
+    def clear(self) -> None:
+        """Forget every entry (the hit counters stay)."""
+        self._entries.clear()
+
     def put(self, tokens: Sequence[int], cache: KVCache) -> None:
         if self.size <= 0 or not tokens:
             return
@@ -92,33 +102,32 @@ def _prefill_prefix(lean: LeanLlama, prefix: list[int], cache: PrefixCache) -> K
     return out
 
 
-def _prefill_batch(
+def _prefill_rows(
     lean: LeanLlama, rows: list[list[int]], cache: PrefixCache, capacity_extra: int
-) -> tuple[KVCache, Tensor, Tensor, Tensor]:
-    """Steps 1-2: returns the batch cache, `key_valid` (B, capacity), the next rotary
-    position per row (B,) and the logits after the last prompt token (B, V)."""
+) -> tuple[KVCache, Tensor, Tensor, Tensor, list[int]]:
+    """Steps 1-2. All but the last token of each prompt go through `_prefill_prefix`, with
+    batch 1 (the longest cached start reused, the prompt left in the cache); the last
+    tokens then run as one decode step of the whole batch, each row attending to its own
+    slots, as a row alone does. Returns the batch cache (the longest prompt +
+    `capacity_extra` slots), `key_valid` (B, capacity), the next rotary position per row
+    (B,), the logits after each prompt (B, V) and each row's first slot."""
     B, dev = len(rows), lean.device
-    P = min(_common_length(rows), min(len(r) for r in rows) - 1)  # keep >= 1 suffix token
-    suffixes = [r[P:] for r in rows]
-    Ts = max(len(s) for s in suffixes)
-    batch = lean.new_cache(B, P + Ts + capacity_extra)
+    end = max(len(r) for r in rows)  # every prompt ends at slot end - 1
+    batch = lean.new_cache(B, end + capacity_extra)
+    if batch.copy_k is not None:  # the copy head's pointer scores read masked slots too
+        batch.copy_k.zero_()
     key_valid = torch.zeros(B, batch.capacity, dtype=torch.bool, device=dev)
-    if P > 0:
-        shared = _prefill_prefix(lean, rows[0][:P], cache)
-        for dst, src in zip(batch.tensors(), shared.tensors(), strict=True):
-            dst[:, :, :P] = src  # (1, Hkv, P, hd) broadcast over rows
-        key_valid[:, :P] = True
-    lengths = torch.tensor([len(s) for s in suffixes], device=dev)  # (B,)
-    pad = Ts - lengths  # (B,)
-    ids = torch.zeros(B, Ts, dtype=torch.long, device=dev)  # (B, Ts)
-    for b, s in enumerate(suffixes):
-        ids[b, Ts - len(s) :] = torch.tensor(s, device=dev)
-    t = torch.arange(Ts, device=dev)[None]  # (1, Ts)
-    real = t >= pad[:, None]  # (B, Ts)
-    key_valid[:, P : P + Ts] = real
-    pos = (P + t - pad[:, None]).clamp(min=0)  # (B, Ts)
-    hidden = lean.forward(ids, pos, batch, P, key_valid)  # (B, D)
-    return batch, key_valid, P + lengths, lean.logits(hidden, batch, key_valid, P + Ts)
+    firsts = [end - len(r) for r in rows]
+    for b, (row, first) in enumerate(zip(rows, firsts, strict=True)):
+        key_valid[b, first:end] = True
+        if len(row) > 1:
+            prefix = _prefill_prefix(lean, row[:-1], cache)
+            for dst, src in zip(batch.tensors(), prefix.tensors(), strict=True):
+                dst[b, :, first : end - 1] = src[0]
+    last = torch.tensor([[r[-1]] for r in rows], device=dev)  # (B, 1)
+    lengths = torch.tensor([len(r) for r in rows], device=dev)  # (B,)
+    hidden = lean.forward(last, (lengths - 1)[:, None], batch, end - 1, key_valid, firsts)
+    return batch, key_valid, lengths, lean.logits(hidden, batch, key_valid, end), firsts
 
 
 def _sample(logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator]) -> Tensor:
@@ -152,8 +161,9 @@ def lean_generate(
     if any(not r for r in rows):
         raise ValueError("every prompt must have at least one token")
     B, dev = len(rows), lean.device
-    alone = [0] if B == 1 else None  # one row attends as a continuous-batching row does
-    batch, key_valid, next_pos, logits = _prefill_batch(lean, rows, cache, cfg.max_new_tokens)
+    batch, key_valid, next_pos, logits, firsts = _prefill_rows(
+        lean, rows, cache, cfg.max_new_tokens
+    )
     slot = batch.capacity - cfg.max_new_tokens
     gen_device = "cpu" if dev.type == "mps" else dev
     gens = [torch.Generator(device=gen_device).manual_seed(int(s)) for s in seeds]
@@ -179,10 +189,11 @@ def lean_generate(
             batch = batch.select(keep)
             key_valid, next_pos, token = key_valid[keep], next_pos[keep], token[keep]
             gens = [gens[b] for b in keep.tolist()]
+            firsts = [firsts[b] for b in keep.tolist()]
             live = [live[b] for b in keep.tolist()]
             done = [False] * len(live)
         key_valid[:, slot + step] = True
         pos = (next_pos + step)[:, None]  # (b, 1)
-        hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid, alone)  # (b, D)
+        hidden = lean.forward(token[:, None], pos, batch, slot + step, key_valid, firsts)  # (b, D)
         logits = lean.logits(hidden, batch, key_valid, slot + step + 1)  # (b, V)
     return out

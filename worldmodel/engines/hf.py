@@ -6,9 +6,10 @@
 
 Two decode paths with the same greedy outputs:
 - `decode="own"` (default for Llama models): `decode.lean_generate` over `lean.LeanLlama`,
-  static KV cache tensors, a prefix shared by a batch prefilled once, prefixes kept across
-  calls (`prefix_cache_size` entries), per-row seeds (row i of a request samples with seed
-  `cfg.row_seed(i)`, whatever else is in the batch: `independent_rows`).
+  static KV cache tensors, each prompt prefilled from the longest start it shares with a
+  prompt prefilled before (`prefix_cache_size` entries, kept across calls), per-row seeds
+  (row i of a request samples with seed `cfg.row_seed(i)`, whatever else is in the batch:
+  `independent_rows`).
 - `decode="generate"`: HF `model.generate` (left padding, its dynamic KV cache); any causal
   LM; sampling repeats for the same batch and seed only. A copy-head model runs it without
   a cache (its pointer needs every position; copy_head.py): correct, and slow.
@@ -17,13 +18,13 @@ Two decode paths with the same greedy outputs:
 to bfloat16: on CPUs with AMX or AVX512-BF16 the matmuls run several times faster than in
 float32, at the price of bfloat16 rounding (greedy outputs can change; logits and the copy
 head's mixture are still computed in float32). "auto" picks bfloat16 where it runs natively
-(`native_bfloat16`), float32 elsewhere; None keeps the checkpoint's dtype. A row decoded
-alone or in a continuous batch gets the same tokens whatever shares its batch and whatever
-the prefix cache held, in either dtype: each decode row attends to its own slots only and
-prefill attention runs in blocks aligned to the cache's cut (lean.py); bfloat16 matmuls on
-these CPUs compute each row the same for any number of rows (checked by the tests). Several
-prompts padded into one call (`generate` with a batch, `--batching gather`, eval) can round
-differently from each prompt alone in bfloat16.
+(`native_bfloat16`), float32 elsewhere; None keeps the checkpoint's dtype. A prompt gets
+the same tokens alone, in a batch of one call (`generate` with several prompts, eval,
+`--batching gather`) or in a continuous batch, whatever shares its batch and whatever the
+prefix cache held, in either dtype: each prompt is prefilled on its own, prefill attention
+runs in blocks aligned to the cache's cut, each decode row attends to its own slots only
+(decode.py, lean.py), and the matmuls on these CPUs compute each row the same for any
+number of rows (checked by the tests).
 
 Prompts are sorted (token lists in lexicographic order, so shared prefixes sit together)
 and run in batches of `batch_size`; outputs come back in the caller's order.
