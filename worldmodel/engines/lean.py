@@ -243,7 +243,8 @@ def _attend(
     - one row of several tokens (prefill): queries in blocks aligned to PREFILL_BLOCK
       slots, each over the keys up to its end, so a prompt prefilled from slot 0 and one
       continued from a cached prefix (cut at a block boundary) compute the same blocks;
-    - otherwise (padded batches): one call under `mask` (B, 1, T, end)."""
+    - otherwise (one token of one prefill, or a caller's padded batch; the decode loops
+      prefill each prompt alone and pass `firsts`): one call under `mask` (B, 1, T, end)."""
     B, _, T, _ = q.shape
     end = start + T
     if firsts is not None:
