@@ -24,7 +24,7 @@ def _saved(tmp_path: Path) -> tuple[torch.nn.Module, object, Path]:
     return model, tok, save_checkpoint(tmp_path / "ckpt", model, tok, meta)
 
 
-def test_round_trip_gives_identical_logits_and_meta(tmp_path: Path) -> None:
+def test_round_trip_gives_identical_weights_and_meta(tmp_path: Path) -> None:
     model, tok, path = _saved(tmp_path)
     loaded, loaded_tok, meta = load_checkpoint(path)
     ids = torch.tensor([encode(tok, TEXTS[3])])  # (1, T)
