@@ -21,7 +21,10 @@ when S is empty too, else 0. Rows: `model` scores the answers as served (an answ
 JSON does not parse is unreadable: 0); `model_salvaged` scores the passages such an answer
 still holds (`salvage`: its "id", "title" and "text" strings read one by one), i.e. what
 the model writes apart from its JSON slips; `random` scores k seeded random corpus
-passages the same way: what unrelated passages of the same corpus reach (the floor).
+passages the same way: what unrelated passages of the same corpus reach (the floor). A model
+trained with example blocks (`--example-tokens`) adds `nearest_recorded`: the hits of the
+recorded train step its memory retrieves for the query (the step its example block shows),
+as they are: what lookup alone reaches, the bar such a model has to clear.
 
 Shares: a fresh router with `RouterConfig(max_real_cost=C)` over the held-out queries, each
 a one-call session of the env's task, the whole list `passes` times (RL rollouts repeat
@@ -62,10 +65,12 @@ from simworld.eval.embedding import Encoder
 from simworld.simulators.env import SimEnv
 from simworld.simulators.envs.search import TASK_ID, build_search_env
 from simworld.simulators.router import Router, RouterConfig
+from simworld.worldmodel.retrieval import Retriever
 from simworld.worldmodel.world_model import WorldModel
 
 Hits = list[dict[str, Any]]
 _FIELD = re.compile(r'"(id|title|text)":\s*"((?:[^"\\]|\\.)*)"')
+ROWS = ("model", "model_salvaged", "nearest_recorded", "random")
 SCORES = ("rank_cosine", "best_cosine", "content_overlap", "id_overlap", "token_f1", "verbatim")
 Handler = Callable[[argparse.Namespace], int]
 
@@ -172,6 +177,20 @@ def ask(router: Router, query: str, top_k: int, seed: int) -> Asked:
     return Asked(hits if readable else None, routed.source, result.text)
 
 
+def nearest_recorded(memory: Retriever, env: str, query: str, top_k: int) -> Hits | None:
+    """The hits of the recorded step `memory` retrieves for `query` asked alone (as `ask`
+    asks it: no previous observation); None when nothing is retrieved or it is unreadable."""
+    action = ToolCallsAction([search_call("call_0_0", query, top_k)])
+    found = memory.neighbour(env, action, "")
+    if found is None or not isinstance(found.observation, ToolResultsObservation):
+        return None
+    try:
+        hits = json.loads(found.observation.results[0].text)
+    except (ValueError, IndexError):
+        return None
+    return hits if isinstance(hits, list) else None
+
+
 def salvage(text: str) -> Hits:
     """The passages a result text holds even where its JSON is broken: each `"id"` starts a
     hit; the `"title"` and `"text"` strings after it fill it in (JSON string literals)."""
@@ -251,13 +270,24 @@ def run_search_bench(
     ]
     texts = frozenset(_flat(p.text) for p in corpus.passages)
     config = RouterConfig(max_real_cost=cfg.max_real_cost)
+    rows: dict[str, Sequence[Hits | None]] = {
+        "model": simulated,
+        "model_salvaged": salvaged,
+        "random": floor,
+    }
+    memory = getattr(model, "memory", None)
+    if isinstance(memory, Retriever):
+        rows["nearest_recorded"] = [
+            nearest_recorded(memory, env.name, q, cfg.top_k) for q in queries
+        ]
     return {
         "config": asdict(cfg),
         "corpus": corpus.version,
         "queries": len(queries),
-        "model": mean_scores(passage_scores(simulated, real, encoder, texts)),
-        "model_salvaged": mean_scores(passage_scores(salvaged, real, encoder, texts)),
-        "random": mean_scores(passage_scores(floor, real, encoder, texts)),
+        **{
+            row: mean_scores(passage_scores(hits, real, encoder, texts))
+            for row, hits in rows.items()
+        },
         "unreadable": sum(s is None for s in simulated),
         "model_seconds_per_query": round(seconds / max(len(queries), 1), 4),
         "shares": route_shares(env, model, queries, cfg.top_k, config, cfg.passes),
@@ -273,7 +303,7 @@ def render(report: dict[str, Any]) -> str:
         "| answers | " + " | ".join(SCORES) + " |",
         "|---|" + "---|" * len(SCORES),
     ]
-    for row in ("model", "model_salvaged", "random"):
+    for row in (r for r in ROWS if r in report):
         lines.append(f"| {row} | " + " | ".join(f"{report[row][k]:.3f}" for k in SCORES) + " |")
     lines += ["", f"unreadable model answers: {report['unreadable']}", ""]
     cost = report["config"]["max_real_cost"]
@@ -329,6 +359,7 @@ __all__ = [
     "ask",
     "configure",
     "mean_scores",
+    "nearest_recorded",
     "passage_scores",
     "render",
     "route_shares",

@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from simworld.data.envs.search import SearchEnv
 from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
-from simworld.data.search_corpus import load_corpus
+from simworld.data.search_corpus import BM25Index, load_corpus, make_needs, query_set
 from simworld.eval.search import (
     SCORES,
     SearchBenchConfig,
     mean_scores,
+    nearest_recorded,
     passage_scores,
     render,
     route_shares,
@@ -32,6 +34,7 @@ from simworld.simulators.router import RouterConfig
 from simworld.worldmodel.context import Budget, Context
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.render import format_target, parse_target
+from simworld.worldmodel.retrieval import Retriever, recorded_steps
 from simworld.worldmodel.world_model import Prediction
 
 
@@ -57,6 +60,7 @@ class PassageModel:
     def __init__(self) -> None:
         self.budget = Budget(total=2048)
         self.asked = 0
+        self.memory: Retriever | None = None  # set: the bench adds its nearest_recorded row
 
     def predict(
         self, batch: Sequence[Context], cfg: GenerationConfig | None = None
@@ -152,6 +156,31 @@ def test_the_bench_reports_model_random_and_shares(tmp_path: Path) -> None:
     assert "| model |" in render(report) and "| 2 |" in render(report)
     with pytest.raises(ValueError, match="split must be one of"):
         SearchBenchConfig(split="dev")
+
+
+def test_a_model_with_a_memory_gets_the_nearest_recorded_row(tmp_path: Path) -> None:
+    corpus = str(corpus_file(tmp_path))
+    recorded = list(SearchEnv(corpus, split="train").record(None, seed=0))
+    model = PassageModel()
+    assert "nearest_recorded" not in run_search_bench(
+        SearchBenchConfig(corpus=corpus), model, ENCODER
+    )
+    model.memory = Retriever([r for ep in recorded for r in recorded_steps(ep)])
+    # Train queries: each is recorded, so its nearest recorded step is itself, BM25's answer.
+    cfg = SearchBenchConfig(corpus=corpus, split="train", limit=6)
+    report = run_search_bench(cfg, model, ENCODER)
+    assert report["nearest_recorded"]["id_overlap"] == 1.0
+    assert report["nearest_recorded"]["content_overlap"] == 1.0
+    assert report["model"]["id_overlap"] == 0.0  # the model's own answers are still scored
+    assert "| nearest_recorded |" in render(report)
+    # A held-out query is never recorded: its neighbour is some train query's step.
+    loaded = load_corpus(Path(corpus))
+    held_out = query_set(make_needs(loaded, BM25Index(loaded.passages), "test"))[0]
+    asked = {s.action.calls[0].arguments["query"] for ep in recorded for s in ep.steps
+             if isinstance(s.action, ToolCallsAction)}  # fmt: skip
+    assert held_out not in asked
+    near = nearest_recorded(model.memory, "search", held_out, 1)
+    assert near is not None and len(near) == 1 and near[0]["id"].startswith("d")
 
 
 @pytest.mark.slow  # the command imports torch before it finds no checkpoint
