@@ -161,34 +161,38 @@ class Asked:
     text: str
 
 
-def ask(router: Router, query: str, top_k: int, seed: int) -> Asked:
-    """One search through `router` as a fresh one-call session."""
-    action = ToolCallsAction([search_call("call_0_0", query, top_k)])
-    routed = router.answer(_history(router.env), None, action, seed)
-    observation = routed.answer.observation
-    assert isinstance(observation, ToolResultsObservation)
+def _one_search(query: str, top_k: int) -> ToolCallsAction:
+    """A held-out query as the one-call action of a fresh session."""
+    return ToolCallsAction([search_call("call_0_0", query, top_k)])
+
+
+def _hits(observation: object) -> Hits | None:
+    """The hits of a search's observation: its first result's JSON list of objects; None
+    when there is none, it is an error, or it does not read as such a list."""
+    if not isinstance(observation, ToolResultsObservation) or not observation.results:
+        return None
     result = observation.results[0]
     try:
         hits = json.loads(result.text)
     except ValueError:
-        hits = None
+        return None
     readable = not result.is_error and isinstance(hits, list)
-    readable = readable and all(isinstance(h, dict) for h in hits)
-    return Asked(hits if readable else None, routed.source, result.text)
+    return hits if readable and all(isinstance(h, dict) for h in hits) else None
+
+
+def ask(router: Router, query: str, top_k: int, seed: int) -> Asked:
+    """One search through `router` as a fresh one-call session."""
+    routed = router.answer(_history(router.env), None, _one_search(query, top_k), seed)
+    observation = routed.answer.observation
+    assert isinstance(observation, ToolResultsObservation)
+    return Asked(_hits(observation), routed.source, observation.results[0].text)
 
 
 def nearest_recorded(memory: Retriever, env: str, query: str, top_k: int) -> Hits | None:
     """The hits of the recorded step `memory` retrieves for `query` asked alone (as `ask`
     asks it: no previous observation); None when nothing is retrieved or it is unreadable."""
-    action = ToolCallsAction([search_call("call_0_0", query, top_k)])
-    found = memory.neighbour(env, action, "")
-    if found is None or not isinstance(found.observation, ToolResultsObservation):
-        return None
-    try:
-        hits = json.loads(found.observation.results[0].text)
-    except (ValueError, IndexError):
-        return None
-    return hits if isinstance(hits, list) else None
+    found = memory.neighbour(env, _one_search(query, top_k), "")
+    return None if found is None else _hits(found.observation)
 
 
 def salvage(text: str) -> Hits:
