@@ -12,11 +12,13 @@ first try (no retry, no problem: repair cannot hide a broken model), as JSON wit
 the real tool answers with. Sources and retries are read from the served dump (`serve
 --record`) and the Prometheus counters (/metrics).
 
-The training uses `--copy-augment 2`, as a user with a small recording should: the sessions
+The training uses `--copy-augment 4`, as a user with a small recording should: the sessions
 use 20 titles only, and without renamed variants the tiny model learns those titles instead
 of copying the one it is given. Without it, on an AMD EPYC machine, the model answered
-`add_note(title="kiwis")` with a title holding a raw newline (unreadable JSON); with it,
-seeds 0 to 3 all answered every unseen call readably.
+`add_note(title="kiwis")` with a title holding a raw newline (unreadable JSON). With 2
+variants seeds 0 to 3 once passed, and later, in a fresh install on the same kind of
+machine, seed 0 answered `add_note(title="melon")` readably only on its retry; with 4,
+seeds 0 to 2 answered every unseen call on the first try (about 50 s more training).
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def loop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loop]:
         said = stop(proxy)
     assert f"recorded {sum(len(s) for s in plan)} tool calls" in said
     simworld("train", "sft", "--preset", "tiny", "--data", str(dump), "--val-data", str(dump),
-             "--out", str(model), "--minutes", "4", "--copy-augment", "2")  # fmt: skip
+             "--out", str(model), "--minutes", "4", "--copy-augment", "4")  # fmt: skip
     yield Loop(python, env, dump, model, recorded, plan)
 
 
