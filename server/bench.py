@@ -60,7 +60,7 @@ import uvicorn
 
 from simworld.server.bench_workload import Script, load_scripts, over_budget
 from simworld.server.hub import TOO_LONG, Limits
-from simworld.server.settings import BATCHING_MODES, WORKER_THREADS, Settings
+from simworld.server.settings import BATCHING_MODES, WORKER_THREADS, Settings, serving_threads
 from simworld.simulators.router import RouterConfig
 from simworld.worldmodel.engines.base import DTYPE_CHOICES
 
@@ -212,7 +212,8 @@ def _facts(cfg: ServeBenchConfig) -> dict[str, Any]:
         "cores": os.cpu_count(),
         "cores_usable": len(os.sched_getaffinity(0)),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        # what the lifespan set for the server's threads (this thread keeps its own count)
+        "torch_threads": cfg.torch_threads or serving_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "worker_threads": WORKER_THREADS,
     }

@@ -7,6 +7,7 @@ and the loop survives them; close finishes what is queued."""
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -48,8 +49,8 @@ def configs() -> list[GenerationConfig]:
     ]
 
 
-@pytest.mark.parametrize("model", ["llama", "copy"])
-def test_rows_joining_mid_batch_get_what_they_get_alone(model: str) -> None:
+@pytest.mark.parametrize(("model", "overlap"), [("llama", True), ("copy", True), ("llama", False)])
+def test_rows_joining_mid_batch_get_what_they_get_alone(model: str, overlap: bool) -> None:
     lm = tiny_model() if model == "llama" else copy_model()
     ps = prompts(6, context=40) + prompts(6, context=30, shared=18, seed=3)
     cfgs = [configs()[i % 6] for i in range(len(ps))]
@@ -57,7 +58,8 @@ def test_rows_joining_mid_batch_get_what_they_get_alone(model: str) -> None:
     want = [solo.generate([p], cfg)[0] for p, cfg in zip(ps, cfgs, strict=True)]
     engine = TransformersEngine(lm, tiny_tokenizer())
     steps: list[int] = []
-    assert engine.start_continuous(max_rows=4, on_step=steps.append) and engine.concurrent
+    assert engine.start_continuous(max_rows=4, on_step=steps.append, overlap_prefill=overlap)
+    assert engine.concurrent
     try:
         got = staggered(len(ps), lambda i: engine.generate([ps[i]], cfgs[i])[0])
         assert got == want
@@ -65,12 +67,15 @@ def test_rows_joining_mid_batch_get_what_they_get_alone(model: str) -> None:
         assert decoder is not None and decoder.admitted == len(ps)
         assert decoder.steps == len(steps) and 1 <= min(steps) <= max(steps) <= 4
         # one caller's several rows come back in its order, each with its own seed; six
-        # rows at once: four (max_rows) share the first steps, the others join as they end
+        # rows at once: never more than four (max_rows) in a step, the others join as rows
+        # end; the loop that prefills itself admits four before its first step, while with
+        # a prefill thread the first step runs with the rows prefilled by then
         steps.clear()
         assert engine.generate(ps[:6], sampled(3)) == [
             solo.generate([p], sampled(3 + j))[0] for j, p in enumerate(ps[:6])
         ]
-        assert steps[0] == 4 and max(steps) == 4 and len(steps) < 6 * 10
+        assert max(steps) == 4 and len(steps) < 6 * 10
+        assert steps[0] == 4 if not overlap else steps[0] >= 1
     finally:
         engine.stop_continuous()
     assert not engine.concurrent and engine.generate(ps[:2], GREEDY) == [
@@ -110,6 +115,50 @@ def test_relayouts_keep_every_row_its_own_tokens() -> None:
     finally:
         engine.stop_continuous()
         lean.new_cache = real  # type: ignore[method-assign]
+
+
+def test_a_prompt_is_prefilled_beside_the_rows_already_decoding() -> None:
+    """With the prefill thread a slow prefill does not hold up the batch: a row already
+    live decodes to its end while the next prompt's prefill is stuck, and once that
+    prefill goes on its row gets the tokens it gets alone."""
+    tok = tiny_tokenizer()
+    first, second = prompts(2, context=40, seed=21)
+    second_ids = tok(second)["input_ids"]
+    engine = TransformersEngine(tiny_model(), tok)
+    lean = engine.lean
+    assert lean is not None
+    real = lean.forward
+    stuck, release, decoding = threading.Event(), threading.Event(), threading.Event()
+    where: list[str] = []
+
+    def forward(ids: Any, *args: Any, **kw: Any) -> Any:
+        if ids.shape[0] == 1 and ids[0].tolist() == second_ids[:-1]:  # second's prefill
+            where.append(threading.current_thread().name)
+            stuck.set()
+            assert release.wait(30)
+        return real(ids, *args, **kw)
+
+    lean.forward = forward  # type: ignore[method-assign]
+    cfg = GenerationConfig(max_new_tokens=30)
+    engine.start_continuous(max_rows=4, on_step=lambda n: decoding.set())
+    decoder = engine.continuous
+    assert decoder is not None
+    try:
+        one = decoder.submit([tok(first)["input_ids"]], cfg, [0])
+        assert decoding.wait(30)
+        two = decoder.submit([second_ids], cfg, [0])
+        assert stuck.wait(30)
+        one.result(timeout=30)  # ends while the second prompt's prefill is stuck
+        assert not two.done()
+        release.set()
+        got = two.result(timeout=30)
+    finally:
+        release.set()
+        lean.forward = real  # type: ignore[method-assign]
+        engine.stop_continuous()
+    alone = TransformersEngine(tiny_model(), tok, batch_size=1)
+    assert got == alone.generate_tokens([second_ids], cfg)
+    assert len(where) == 1 and "prefill" in where[0]
 
 
 def test_end_tokens_and_stop_strings_end_each_row_on_its_own() -> None:

@@ -8,28 +8,28 @@ the running batch between decode steps and leave it the step they end.
 Why. Batching whole calls (`lean_generate` on a gathered batch) runs the batch until its
 longest row ends: the rows that ended early leave their share of each step idle, and the
 requests that arrive meanwhile wait for the whole batch. Here one loop thread owns the
-batch. Each iteration it admits queued rows (while fewer than `max_rows` are live, at most
-`prefill_rows` at a time, each prefilled on its own through the prefix cache, so a row
-reuses the longest cached start of its own prompt: its session's previous step, or the
-same context when it is a retry), runs one decode step for every live row, and retires
-the rows that ended; a request's future resolves when its last row has ended.
+batch. Each iteration it admits prefilled rows (while fewer than `max_rows` are live),
+runs one decode step for every live row, and retires the rows that ended; a request's
+future resolves when its last row has ended.
 
-Cache layout. One set of key/value tensors (`max_rows` rows, `capacity` slots) holds every
-live row; a decode step writes all rows' newest token at the same slot `w`. A row admitted
-at `w` gets its prompt's keys right-aligned to end at slot `w - 1`; the slots before them
-are masked (`key_valid`) and rotary positions count the row's own tokens only, so a row
-sees exactly what it would alone: the same greedy tokens as `lean_generate`, and a sampled
-row the same draws (each row has its own generator seeded with its seed). Each row's
-attention reads its own slots only, from its first slot to `w` (one attention call a row:
-a single masked call over the batch's whole span would let the other rows' lengths change
-how the kernel blocks the sum, which bfloat16 rounding makes visible in the tokens; ~4% of
-a decode step). Live rows occupy rows [0, n); a retired row's place is taken by the last
-live row. When `w` would run past the capacity, the live span is copied to the front of
-fresh tensors (grown when the rows need more room).
+Prefill. Each queued row's prompt is prefilled on its own, batch 1, through the prefix
+cache, so a row reuses the longest cached start of its own prompt (its session's previous
+step, or the same context when it is a retry). With `overlap_prefill` (the default) a
+second thread does this while the loop thread decodes, up to `prefill_rows` rows ahead:
+prefill is a few large matmuls and decoding many small calls, so on a CPU the two take
+two cores instead of taking turns on one (on 2 cores, serving 32 BFCL sessions: see the
+README's serving figures). Without it the loop prefills up to `prefill_rows` queued rows
+itself before each step. Either way a row computes the same bits: a prompt is prefilled
+alone, and its first token comes from its own row's logits, whichever rows are near it.
 
 Each row keeps its own GenerationConfig (greedy or sampled, temperature, top-p,
 `max_new_tokens`, stop strings), so greedy first answers and sampled retries share steps.
 `on_step(n)` is called after each decode step with the rows it ran.
+
+Locks. `lock` is held while a prompt is prefilled (it guards the prefix cache; share it
+with anything else that touches `prefix_cache`). Decode steps touch only the batch's own
+cache and the model's read-only weights, so they run outside it; without
+`overlap_prefill` the loop holds it for its prefills and decode steps both, as before.
 """
 
 from __future__ import annotations
@@ -70,12 +70,24 @@ class _Row:
     last: int = 0  # the token the next decode step feeds
     pos: int = 0  # its rotary position
     first: int = 0  # the row's first cache slot
+    prefill: _Prefill | None = None  # set once prefilled, cleared once placed in the batch
+
+
+@dataclass
+class _Prefill:
+    """A prefilled prompt: its keys and values at slots [first, cache.capacity) of row
+    `index` of `cache`, the rotary position of its first new token, and its logits (V,)."""
+
+    cache: KVCache
+    index: int
+    first: int
+    pos: int
+    logits: Tensor
 
 
 class ContinuousDecoder:
     """Requests' rows decoded in one running batch that rows join and leave step by step;
-    see the module docstring. `lock` is held while the loop runs the model (share it with
-    anything else that runs `lean` or touches `prefix_cache`)."""
+    see the module docstring (Prefill, Locks)."""
 
     def __init__(
         self,
@@ -86,6 +98,7 @@ class ContinuousDecoder:
         *,
         max_rows: int = 32,
         prefill_rows: int = 8,
+        overlap_prefill: bool = True,
         lock: threading.Lock | None = None,
         on_step: Callable[[int], None] | None = None,
     ) -> None:
@@ -99,13 +112,17 @@ class ContinuousDecoder:
         self.decode_text = decode_text
         self.max_rows = max_rows
         self.prefill_rows = prefill_rows
+        self.overlap_prefill = overlap_prefill
         self.on_step = on_step
         self.steps = self.admitted = self.relayouts = 0  # counters, for tests and metrics
         self._lock = lock or threading.Lock()
-        self._cond = threading.Condition()  # guards _queue and _closed
-        self._queue: deque[_Row] = deque()
+        self._cond = threading.Condition()  # guards _queue, _ready, _prefilling and _closed
+        self._queue: deque[_Row] = deque()  # submitted, not prefilled
+        self._ready: deque[_Row] = deque()  # prefilled (overlap_prefill), not placed
+        self._prefilling = 0  # rows the prefill thread has taken and not yet made ready
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._prefill_thread: threading.Thread | None = None
         # batch state: touched by the loop thread only
         self._live: list[_Row] = []
         self._cache: KVCache | None = None
@@ -150,6 +167,13 @@ class ContinuousDecoder:
                     target=self._loop, name=f"ContinuousDecoder-{id(self):x}", daemon=True
                 )
                 self._thread.start()
+                if self.overlap_prefill:
+                    self._prefill_thread = threading.Thread(
+                        target=self._prefill_loop,
+                        name=f"ContinuousDecoder-prefill-{id(self):x}",
+                        daemon=True,
+                    )
+                    self._prefill_thread.start()
             self._cond.notify_all()
         return request.future
 
@@ -165,70 +189,110 @@ class ContinuousDecoder:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            threads = (self._prefill_thread, self._thread)
+        for thread in threads:
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
 
     # ------------------------------------------------------------------ the loop
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._live:
-                    if self._closed:
+                while not self._ready and not self._live and not self._inline_work():
+                    if self._closed and not self._queue and not self._prefilling:
                         return
                     self._cond.wait()
-                room = min(self.max_rows - len(self._live), self.prefill_rows)
-                admit = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+                if self.overlap_prefill:
+                    room = self.max_rows - len(self._live)
+                    admit = [self._ready.popleft() for _ in range(min(room, len(self._ready)))]
+                    self._cond.notify_all()  # the prefill thread may run ahead again
+                else:
+                    room = min(self.max_rows - len(self._live), self.prefill_rows)
+                    admit = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
             try:
-                with self._lock:
-                    if admit:
-                        self._admit(admit)
-                    if self._live:
-                        self._step()
+                if self.overlap_prefill:
+                    self._run(admit)
+                else:
+                    with self._lock:
+                        self._prefill(admit)
+                        self._run(admit)
             # The rows' callers get what the model raised; the loop must survive it, or
             # every later caller would wait forever.
             except BaseException as exc:
-                failed = [*admit, *self._live]
-                self._live = []
-                for row in failed:
-                    if not row.request.failed:
-                        row.request.failed = True
-                        row.request.future.set_exception(exc)
+                failed, self._live = [*admit, *self._live], []
+                _fail(failed, exc)
 
-    def _admit(self, rows: list[_Row]) -> None:
-        """Prefill `rows`, take each one's first token, and place the rows that go on into
-        the batch's cache. Each row's prompt is prefilled on its own (`_prefill_rows`), so
-        it reuses the longest cached prefix of its own prompt (a session's previous step, a
-        retried context) and leaves its prompt in the cache for the next one; prefill is
-        compute-bound, so this costs no more than prefilling distinct prompts together.
-        The prompts' last tokens run together, one decode step for all the rows."""
+    def _inline_work(self) -> bool:
+        """Whether the loop prefills itself and has queued rows (called under _cond)."""
+        return not self.overlap_prefill and bool(self._queue) and len(self._live) < self.max_rows
+
+    def _run(self, admit: list[_Row]) -> None:
+        if admit:
+            self._admit(admit)
+        if self._live:
+            self._step()
+
+    def _prefill_loop(self) -> None:
+        """The prefill thread (overlap_prefill): queued rows in order, each prefilled alone,
+        at most `prefill_rows` ahead of the loop."""
+        while True:
+            with self._cond:
+                while not self._queue or len(self._ready) + self._prefilling >= self.prefill_rows:
+                    if self._closed and not self._queue:
+                        return
+                    self._cond.wait()
+                row = self._queue.popleft()
+                self._prefilling += 1
+            try:
+                with self._lock:
+                    self._prefill([row])
+            except BaseException as exc:
+                _fail([row], exc)
+            with self._cond:
+                self._prefilling -= 1
+                if row.prefill is not None:
+                    self._ready.append(row)
+                self._cond.notify_all()
+
+    def _prefill(self, rows: list[_Row]) -> None:
+        """Prefill `rows` (`_prefill_rows`: each prompt on its own through the prefix cache,
+        its last token run as a decode step) and keep each row's keys and logits on it."""
+        if not rows:
+            return
         tmp, _, next_pos, logits, firsts = _prefill_rows(
             self.lean, [row.prompt for row in rows], self.prefix_cache, 0
         )
+        for i, row in enumerate(rows):
+            row.prefill = _Prefill(tmp, i, firsts[i], int(next_pos[i]), logits[i])
+
+    def _admit(self, rows: list[_Row]) -> None:
+        """Take each prefilled row's first token and place the rows that go on into the
+        batch's cache, their prompts' keys right-aligned to end at slot `w - 1`."""
         self.admitted += len(rows)
-        end = tmp.capacity  # row i's slots in `tmp`: [firsts[i], end), its prompt unpadded
-        joining: list[tuple[_Row, int]] = []
-        for i, (row, token) in enumerate(zip(rows, self._pick(logits, rows), strict=True)):
-            row.pos = int(next_pos[i])
+        logits = torch.stack([_prefilled(row).logits for row in rows])  # (len(rows), V)
+        joining: list[_Row] = []
+        for row, token in zip(rows, self._pick(logits, rows), strict=True):
+            row.pos = _prefilled(row).pos
             if self._record(row, token):
-                joining.append((row, i))
+                joining.append(row)
+            else:
+                row.prefill = None
         if not joining:
             return
-        span = max(end - firsts[i] for _, i in joining)
-        need = max(
-            r.cfg.max_new_tokens - len(r.out) for r in [*self._live, *(j[0] for j in joining)]
-        )
+        span = max(_span(_prefilled(row)) for row in joining)
+        need = max(r.cfg.max_new_tokens - len(r.out) for r in [*self._live, *joining])
         self._make_room(span, need)
         assert self._cache is not None
         w = self._w
-        for row, i in joining:
-            b, size = len(self._live), end - firsts[i]
-            for dst, src in zip(self._cache.tensors(), tmp.tensors(), strict=True):
-                dst[b, :, w - size : w] = src[i, :, firsts[i] : end]
+        for row in joining:
+            p, b = _prefilled(row), len(self._live)
+            size, end = _span(p), p.cache.capacity
+            for dst, src in zip(self._cache.tensors(), p.cache.tensors(), strict=True):
+                dst[b, :, w - size : w] = src[p.index, :, p.first : end]
             self._valid[b] = False
             self._valid[b, w - size : w] = True
-            row.first = w - size
+            row.first, row.prefill = w - size, None
             self._live.append(row)
 
     def _make_room(self, span: int, need: int) -> None:
@@ -336,6 +400,24 @@ class ContinuousDecoder:
             if request.left == 0 and not request.failed:
                 request.future.set_result(request.outputs)
         return going
+
+
+def _prefilled(row: _Row) -> _Prefill:
+    assert row.prefill is not None, "a row is placed only once prefilled"
+    return row.prefill
+
+
+def _span(p: _Prefill) -> int:
+    return p.cache.capacity - p.first
+
+
+def _fail(rows: Sequence[_Row], exc: BaseException) -> None:
+    """Give `exc` to the requests of `rows` that have not failed yet."""
+    for row in rows:
+        row.prefill = None
+        if not row.request.failed:
+            row.request.failed = True
+            row.request.future.set_exception(exc)
 
 
 def _window(cache: KVCache, n: int, lo: int) -> KVCache:

@@ -30,8 +30,9 @@ Prompts are sorted (token lists in lexicographic order, so shared prefixes sit t
 and run in batches of `batch_size`; outputs come back in the caller's order.
 `start_continuous(max_rows)` switches the own path to continuous batching
 (continuous.py): from then on concurrent callers' rows share decode steps, each joining
-the running batch when it arrives and leaving it when it ends (`concurrent` is then True:
-call it from as many threads as you like); `stop_continuous()` switches back. An output ends
+the running batch when it arrives and leaving it when it ends, its prompt prefilled by a
+second thread while the batch decodes (`concurrent` is then True: call it from as many
+threads as you like); `stop_continuous()` switches back. An output ends
 before the first end token (the tokenizer's eos and the model's generation-config eos) or
 stop string, or after `max_new_tokens`.
 """
@@ -146,12 +147,18 @@ class TransformersEngine:
         return self.continuous is not None
 
     def start_continuous(
-        self, max_rows: int = 32, on_step: Callable[[int], None] | None = None
+        self,
+        max_rows: int = 32,
+        on_step: Callable[[int], None] | None = None,
+        *,
+        overlap_prefill: bool = True,
     ) -> bool:
         """Switch to continuous batching of up to `max_rows` live rows (`on_step(n)` after
         each decode step of n rows); each row then reuses the longest cached start of its
-        own prompt, so give the prefix cache room for a prompt per live session. False, and
-        nothing changes, on HF `generate`, which cannot take rows mid-batch."""
+        own prompt, so give the prefix cache room for a prompt per live session.
+        `overlap_prefill`: prompts are prefilled in a thread of their own while the batch
+        decodes (continuous.py). False, and nothing changes, on HF `generate`, which cannot
+        take rows mid-batch."""
         if self.lean is None:
             return False
         self.stop_continuous()
@@ -161,6 +168,7 @@ class TransformersEngine:
             self.prefix_cache,
             self._text,
             max_rows=max_rows,
+            overlap_prefill=overlap_prefill,
             lock=self._lock,
             on_step=on_step,
         )

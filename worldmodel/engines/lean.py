@@ -117,7 +117,10 @@ class LeanLlama:
         self.inv_freq = rotary.inv_freq.detach().float()  # (hd / 2,)
         self.rope_scale = float(rotary.attention_scaling)
         self.device, self.dtype = self.embed.device, self.embed.dtype
-        self._cos = self._sin = torch.empty(0, self.head_dim, device=self.device)
+        # (cos, sin), replaced as one tuple: threads that run the model at once (continuous
+        # batching's prefill and decode) never read a cos and a sin of different tables
+        empty = torch.empty(0, self.head_dim, device=self.device)
+        self._rope_table: tuple[Tensor, Tensor] = (empty, empty)
         self.copy: _Copy | None = None
         if is_copy_model(model):
             head: Any = model  # typed Any: the copy head's layers are untyped attributes
@@ -142,14 +145,16 @@ class LeanLlama:
     def _rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         """cos and sin for positions `pos` (B, T), each (B, 1, T, hd); tables grow on demand."""
         need = int(pos.max()) + 1
-        if need > self._cos.shape[0]:
-            size = max(need, 2 * self._cos.shape[0], 256)
+        cos, sin = self._rope_table
+        if need > cos.shape[0]:
+            size = max(need, 2 * cos.shape[0], 256)
             t = torch.arange(size, device=self.device, dtype=torch.float32)
             freqs = t[:, None] * self.inv_freq[None, :]  # (size, hd / 2)
             emb = torch.cat((freqs, freqs), dim=-1)  # (size, hd)
-            self._cos = (emb.cos() * self.rope_scale).to(self.dtype)
-            self._sin = (emb.sin() * self.rope_scale).to(self.dtype)
-        return self._cos[pos].unsqueeze(1), self._sin[pos].unsqueeze(1)  # (B, 1, T, hd)
+            cos = (emb.cos() * self.rope_scale).to(self.dtype)
+            sin = (emb.sin() * self.rope_scale).to(self.dtype)
+            self._rope_table = (cos, sin)
+        return cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)  # (B, 1, T, hd)
 
     @torch.inference_mode()
     def forward(
