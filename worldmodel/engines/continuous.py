@@ -22,6 +22,19 @@ README's serving figures). Without it the loop prefills up to `prefill_rows` que
 itself before each step. Either way a row computes the same bits: a prompt is prefilled
 alone, and its first token comes from its own row's logits, whichever rows are near it.
 
+Cache layout. One set of key/value tensors (`max_rows` rows, `capacity` slots) holds every
+live row; a decode step writes all rows' newest token at the same slot `w`. A row admitted
+at `w` gets its prompt's keys right-aligned to end at slot `w - 1`; the slots before them
+are masked (`key_valid`) and rotary positions count the row's own tokens only, so a row
+sees exactly what it would alone: the same greedy tokens as `lean_generate`, and a sampled
+row the same draws (each row has its own generator seeded with its seed). Each row's
+attention reads its own slots only, from its first slot to `w` (one attention call a row:
+a single masked call over the batch's whole span would let the other rows' lengths change
+how the kernel blocks the sum, which bfloat16 rounding makes visible in the tokens; ~4% of
+a decode step). Live rows occupy rows [0, n); a retired row's place is taken by the last
+live row. When `w` would run past the capacity, the live span is copied to the front of
+fresh tensors (grown when the rows need more room).
+
 Each row keeps its own GenerationConfig (greedy or sampled, temperature, top-p,
 `max_new_tokens`, stop strings), so greedy first answers and sampled retries share steps.
 `on_step(n)` is called after each decode step with the rows it ran.
