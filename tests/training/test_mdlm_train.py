@@ -45,7 +45,7 @@ def _lake_examples(n: int) -> tuple[list[Example], Budget, object]:
 @pytest.mark.slow
 def test_a_tiny_model_overfits_a_few_transitions(tmp_path: Path) -> None:
     """Eight real FrozenLake transitions learned to exact observations, then served by the
-    world model (greedy, K = 4 and K = target length). 800 epochs: at 400 a fresh install
+    world model (greedy, K = target length: 49). 800 epochs: at 400 a fresh install
     reached val_exact 0.5 / 0.875 / 0.75 at seeds 0 / 1 / 2, at 800 it reaches 1.0 at all
     three (val loss about 1e-5), so the test does not rest on a lucky seed."""
     examples, budget, tok = _lake_examples(8)
