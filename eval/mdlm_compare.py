@@ -63,6 +63,7 @@ class CompareConfig:
     split: str = "test"
     limit: int | None = 200  # a seeded sample of this many steps (None: all)
     ks: tuple[int, ...] = (1, 2, 4, 8, 16)
+    trim_ks: tuple[int, ...] = ()  # K values also run with the sampler's trimmed window
     batch_size: int = 1
     embeddings: bool = True
     seed: int = 0
@@ -72,6 +73,8 @@ class CompareConfig:
     def __post_init__(self) -> None:
         if not self.ks or min(self.ks) < 1:
             raise ValueError(f"ks must be denoising step counts >= 1, got {list(self.ks)}")
+        if self.trim_ks and min(self.trim_ks) < 1:
+            raise ValueError(f"trim ks must be step counts >= 1, got {list(self.trim_ks)}")
         if self.batch_size < 1 or (self.limit is not None and self.limit < 1):
             raise ValueError("batch_size and limit must be at least 1")
 
@@ -110,6 +113,7 @@ class _Contender:
     name: str
     wm: TextWorldModel
     k: int | None  # the MDLM's denoising steps; None for the AR model
+    trim: bool = False  # the MDLM sampler's trimmed window (`mdlm_sample`, step 5)
     seconds: float = 0.0
     prefix_seconds: float = 0.0  # the MDLM's prefix encoding, within `seconds`
     observations: int = 0
@@ -144,7 +148,7 @@ def _run_interleaved(
 def _predict_timed(c: _Contender, chunk: Sequence[StepRef], batch: int) -> list[Any]:
     engine = c.wm.engine
     if c.k is not None and isinstance(engine, MDLMEngine):
-        engine.steps = c.k
+        engine.steps, engine.trim = c.k, c.trim
     prefix_before = engine.prefix_seconds if isinstance(engine, MDLMEngine) else 0.0
     started = time.perf_counter()
     predictions = ModelPredictor(c.wm, batch_size=batch, name=c.name).predict_steps(chunk)
@@ -181,6 +185,7 @@ def compare(cfg: CompareConfig) -> dict[str, Any]:
 
     contenders = [_Contender("AR", ar, None)]
     contenders += [_Contender(f"MDLM K={k}", mdlm, k) for k in cfg.ks]
+    contenders += [_Contender(f"MDLM K={k} trim", mdlm, k, trim=True) for k in cfg.trim_ks]
     predictions = _run_interleaved(contenders, refs, cfg.batch_size, cfg.progress)
     rows = []
     for c in contenders:
@@ -230,6 +235,9 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "--limit", type=int, default=200, help="a seeded sample of N steps (0: all)"
     )
     parser.add_argument("--ks", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="MDLM K values")
+    parser.add_argument(
+        "--trim", type=int, nargs="*", default=[], help="K values also run with a trimmed window"
+    )
     parser.add_argument("--batch-size", type=int, default=1, help="observations per predict call")
     parser.add_argument("--no-embeddings", action="store_true", help="no cosine column")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
@@ -245,6 +253,7 @@ def _run(args: argparse.Namespace) -> int:
             split=args.split,
             limit=args.limit or None,
             ks=tuple(args.ks),
+            trim_ks=tuple(args.trim),
             batch_size=args.batch_size,
             embeddings=not args.no_embeddings,
             threads=args.threads,

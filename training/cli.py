@@ -131,6 +131,11 @@ def _configure_mdlm(recipes: Any) -> None:
     mdlm.add_argument(
         "--copies", type=int, help="noised target copies per encoded prefix (default: preset's)"
     )
+    mdlm.add_argument(
+        "--init",
+        help='adapt this AR checkpoint ("default": the shipped one): its weights and tokenizer',
+    )
+    mdlm.add_argument("--lr", type=float, help="peak learning rate (default: the preset's)")
 
 
 def _mdlm(args: argparse.Namespace) -> int:
@@ -150,6 +155,8 @@ def _mdlm(args: argparse.Namespace) -> int:
             elbo=args.loss == "elbo",
             tokenizer=args.tokenizer,
             copies=args.copies,
+            init=args.init,
+            lr=args.lr,
         )
         metrics = run_mdlm(run)
     except (ValueError, FileNotFoundError) as exc:

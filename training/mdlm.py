@@ -191,6 +191,7 @@ def repeat_prefix(prefix: PrefixKV, copies: int) -> PrefixKV:
         prefix.lengths.repeat_interleave(copies, 0),
         None if prefix.copy_keys is None else prefix.copy_keys.repeat_interleave(copies, 0),
         None if prefix.ids is None else prefix.ids.repeat_interleave(copies, 0),
+        None if prefix.last is None else prefix.last.repeat_interleave(copies, 0),
     )
 
 
@@ -252,10 +253,13 @@ def train_mdlm(
     out_dir: str | Path,
     extra_args: dict[str, Any] | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    model: MDLM | None = None,
 ) -> dict[str, Any]:
     """Train on `train`, evaluate on `val`, write an MDLM checkpoint to `out_dir`; return
     its metrics. `extra_args` join the recorded training arguments; `tokenizer`: the one to
-    use (else a byte-level BPE is trained on the train texts)."""
+    use (else a byte-level BPE is trained on the train texts); `model`: the one to start
+    from (e.g. `mdlm_adapt.mdlm_from_ar`; its config must be `cfg.model`), else a fresh
+    one."""
     torch.set_num_threads(cfg.threads)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -263,7 +267,12 @@ def train_mdlm(
         texts = (t for ex in train for t in (ex.prompt, ex.target))
         tokenizer = train_tokenizer(texts, cfg.vocab_size)
     tok = tokenizer
-    model = MDLM(cfg.model, len(tok))
+    if model is None:
+        model = MDLM(cfg.model, len(tok))
+    elif model.cfg != cfg.model or model.vocab_size < len(tok):
+        raise ValueError(
+            "the starting model's config must be cfg.model, its vocabulary the tokenizer's"
+        )
     data = [encode_pair(tok, ex, cfg.model) for ex in train]
     pick = random.Random(cfg.seed)  # fixed val subsets, as SFT's
     val_set = [

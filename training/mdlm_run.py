@@ -11,7 +11,9 @@ The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, lo
 target, env caps, example block), so an MDLM and an AR model of one preset learn the same
 pairs. The target bound L is the recipe's longest target + 1 (its <eos>). The tokenizer is
 trained the same way (byte-level BPE of the preset's size), or taken from an AR checkpoint
-(`tokenizer`, e.g. "default") so that both models see identical tokens. `tokens` is a
+(`tokenizer`, e.g. "default") so that both models see identical tokens. `init` starts from
+an AR checkpoint instead of a fresh model (`worldmodel/mdlm_adapt.py`: its weights and
+tokenizer, the AR alignment switched on). `tokens` is a
 budget of real training tokens: the schedule ends there (as `simworld train sft --tokens`),
 which is how the comparison matches training tokens.
 """
@@ -26,6 +28,8 @@ from transformers import PreTrainedTokenizerBase
 
 from simworld.training.mdlm import MDLMTrainConfig, train_mdlm
 from simworld.training.sft_run import RECIPES, build_pairs
+from simworld.worldmodel.mdlm import MDLM
+from simworld.worldmodel.mdlm_adapt import mdlm_config_from_ar, mdlm_from_ar
 from simworld.worldmodel.render import SERIALIZATION_VERSION
 from simworld.worldmodel.tokenizer import load_tokenizer
 from simworld.worldmodel.world_model import default_checkpoint
@@ -50,6 +54,8 @@ class MDLMRun:
     limit: int | None = None  # first N training examples only (smoke runs)
     steps: int | None = None  # K for val exact match and the checkpoint's default K
     tokenizer: str | None = None  # a checkpoint directory (or "default") to take it from
+    init: str | None = None  # an AR checkpoint (or "default") to adapt: its weights, tokenizer
+    lr: float | None = None  # peak learning rate (None: the preset's)
 
     def __post_init__(self) -> None:
         if self.preset not in RECIPES:
@@ -58,6 +64,10 @@ class MDLMRun:
             raise ValueError(f"tokens must be at least 1, got {self.tokens}")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.steps}")
+        if self.init is not None and self.tokenizer is not None:
+            raise ValueError("init takes the AR checkpoint's tokenizer: leave tokenizer out")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
 
 
 def run_mdlm(run: MDLMRun) -> dict[str, Any]:
@@ -65,13 +75,20 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
     recipe = RECIPES[run.preset]
     cfg = MDLMTrainConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
-    if run.tokenizer is not None:
-        source = default_checkpoint() if run.tokenizer == "default" else Path(run.tokenizer)
-        tokenizer = load_tokenizer(source)
+    source = run.tokenizer or run.init
+    if source is not None:
+        tokenizer = load_tokenizer(_checkpoint(source))
     pairs = build_pairs(run, recipe, tokenizer)
     L = recipe.max_target_tokens + 1  # the target and its <eos>
     span = recipe.budget_tokens + recipe.example_tokens + L + 8
-    model = replace(cfg.model, target_len=L, max_positions=max(cfg.model.max_positions, span))
+    start: MDLM | None = None
+    if run.init is not None:
+        ar_cfg, _ = mdlm_config_from_ar(_checkpoint(run.init))
+        room = max(ar_cfg.max_positions, span)
+        start, _ = mdlm_from_ar(_checkpoint(run.init), target_len=L, max_positions=room)
+        model = start.cfg
+    else:
+        model = replace(cfg.model, target_len=L, max_positions=max(cfg.model.max_positions, span))
     cfg = replace(
         cfg,
         model=model,
@@ -83,6 +100,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         time_budget_min=run.minutes,
         seed=run.seed,
         sample_steps=run.steps or cfg.sample_steps,
+        lr=run.lr or cfg.lr,
         serialization_version=str(SERIALIZATION_VERSION),
     )
     report = pairs.train_report
@@ -96,14 +114,20 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         "example_tokens": recipe.example_tokens,
         "budget_count": "tokenizer",
         "max_new_tokens": L,
-        "tokenizer_from": run.tokenizer,
+        "tokenizer_from": run.tokenizer or run.init,
+        "init_from": run.init,
         "data": list(run.data) or ["bundled:train"],
         "val_data": list(run.val_data) or ["bundled:val"],
         "exclude_apis": list(run.exclude_apis),
         "envs": list(run.envs),
         "examples": {"train": report.as_dict(), "val": pairs.val_report.as_dict()},
     }
-    return train_mdlm(cfg, pairs.train, pairs.val, run.out, extra, pairs.tokenizer)
+    return train_mdlm(cfg, pairs.train, pairs.val, run.out, extra, pairs.tokenizer, start)
+
+
+def _checkpoint(name: str) -> Path:
+    """A checkpoint directory, or the shipped default for "default"."""
+    return default_checkpoint() if name == "default" else Path(name)
 
 
 __all__ = ["MDLMRun", "run_mdlm"]

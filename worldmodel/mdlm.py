@@ -29,7 +29,10 @@ model; no biases; prefix padding attends to itself only (no empty softmax row). 
 position's distribution mixes the vocabulary head with a pointer over the real prefix
 tokens, whose keys come from the prefix's final hidden states and are cached with its
 keys and values; without it the last layer's attention and MLP are not run on the prefix
-(nothing reads them). Checkpoints:
+(nothing reads them). With `shift` (an MDLM initialised from an AR checkpoint,
+`mdlm_adapt.py`) target position j is read from the hidden state one position earlier, as
+AR reads the next token, and `causal_prefix` lets the prefix attend causally, as AR's
+prefill does. Checkpoints:
 `model.safetensors` + `mdlm.json` (the config) + tokenizer files + `simworld.json` (kind
 "mdlm").
 """
@@ -68,6 +71,12 @@ class MDLMConfig:
     target_len: int = 113  # L: target tokens + <eos> + <pad>s
     rope_theta: float = 10000.0
     copy_dim: int = 0  # width of the copy (pointer) head over the prefix; 0: no head
+    # AR alignment (`mdlm_adapt.py`, an MDLM initialised from an AR checkpoint): target
+    # position j is predicted from the hidden state one position earlier (target 0 from the
+    # prefix's last token), as an AR model predicts the next token; False: from position j.
+    shift: bool = False
+    causal_prefix: bool = False  # the prefix attends causally (as AR) instead of both ways
+    norm_eps: float = 1e-6  # RMSNorm epsilon
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -122,7 +131,9 @@ MDLM_PRESETS = {
 class PrefixKV:
     """The prefix's keys and values per layer, each (B, Hkv, P, hd), which real positions
     they hold (`valid`, (B, P)), and how many per row (`lengths`, (B,)); with a copy head,
-    its pointer keys (B, P, copy_dim) and the prefix tokens (B, P) they copy."""
+    its pointer keys (B, P, copy_dim) and the prefix tokens (B, P) they copy; with `shift`,
+    the final (normed) hidden state of each row's last real prefix token (B, D), which
+    predicts target position 0."""
 
     k: list[Tensor]
     v: list[Tensor]
@@ -130,10 +141,11 @@ class PrefixKV:
     lengths: Tensor
     copy_keys: Tensor | None = None
     ids: Tensor | None = None
+    last: Tensor | None = None
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
@@ -158,11 +170,11 @@ class Block(nn.Module):
         self.h, self.hkv = cfg.n_heads, cfg.n_kv_heads
         self.hd = cfg.hidden_size // cfg.n_heads
         D, inner = cfg.hidden_size, cfg.intermediate_size
-        self.attn_norm = RMSNorm(D)
+        self.attn_norm = RMSNorm(D, cfg.norm_eps)
         self.wq = nn.Linear(D, self.h * self.hd, bias=False)
         self.wkv = nn.Linear(D, 2 * self.hkv * self.hd, bias=False)
         self.wo = nn.Linear(self.h * self.hd, D, bias=False)
-        self.mlp_norm = RMSNorm(D)
+        self.mlp_norm = RMSNorm(D, cfg.norm_eps)
         self.w_gate_up = nn.Linear(D, 2 * inner, bias=False)
         self.w_down = nn.Linear(inner, D, bias=False)
 
@@ -199,7 +211,7 @@ class MDLM(nn.Module):
         self.mask_id = vocab_size  # the extra embedding row
         self.embed = nn.Embedding(vocab_size + 1, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.hidden_size)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
         if cfg.copy_dim:
             self.copy_q = nn.Linear(cfg.hidden_size, cfg.copy_dim, bias=False)
             self.copy_k = nn.Linear(cfg.hidden_size, cfg.copy_dim, bias=False)
@@ -233,37 +245,58 @@ class MDLM(nn.Module):
         pos = (valid.long().cumsum(1) - 1).clamp(min=0)  # (B, P)
         cos, sin = self._rope(pos)
         own = torch.eye(P, dtype=torch.bool, device=ids.device)  # (P, P)
-        mask = (valid[:, None, :] | own)[:, None]  # (B, 1, P, P) pads see themselves only
+        sees = valid[:, None, :]  # (B, 1, P): every real prefix token
+        if self.cfg.causal_prefix:
+            sees = sees & torch.ones_like(own).tril()  # (B, P, P): the real tokens so far
+        mask = (sees | own)[:, None]  # (B, 1, P, P) pads see themselves only
         x = self.embed(ids)  # (B, P, D)
         ks, vs = [], []
-        copying = bool(self.cfg.copy_dim)
+        needs_top = bool(self.cfg.copy_dim) or self.cfg.shift  # the final hidden states
         for i, layer in enumerate(self.blocks):
-            if i == len(self.layers) - 1 and not copying:  # its output would be unused
+            if i == len(self.layers) - 1 and not needs_top:  # its output would be unused
                 k, v = layer.kv(x, cos, sin)
             else:
                 x, (k, v) = layer(x, cos, sin, mask, None)
             ks.append(k)
             vs.append(v)
-        if not copying:
-            return PrefixKV(ks, vs, valid, valid.long().sum(1))
-        copy_keys = self.copy_k(self.norm(x))  # (B, P, copy_dim)
-        return PrefixKV(ks, vs, valid, valid.long().sum(1), copy_keys, ids)
+        lengths = valid.long().sum(1)  # (B,)
+        kv = PrefixKV(ks, vs, valid, lengths)
+        if not needs_top:
+            return kv
+        h = self.norm(x)  # (B, P, D)
+        if self.cfg.shift:
+            kv.last = h[torch.arange(len(h), device=h.device), (lengths - 1).clamp(min=0)]
+        if self.cfg.copy_dim:
+            kv.copy_keys, kv.ids = self.copy_k(h), ids  # (B, P, copy_dim), (B, P)
+        return kv
 
-    def denoise(self, target: Tensor, prefix: PrefixKV) -> Tensor:
+    def denoise(
+        self, target: Tensor, prefix: PrefixKV, target_valid: Tensor | None = None
+    ) -> Tensor:
         """Logits (B, L, V) over the real vocabulary for every target position, given the
-        partly masked `target` (B, L) and the prefix's cached keys and values. With a copy
+        partly masked `target` (B, L) and the prefix's cached keys and values;
+        `target_valid` (B, L), when given, says which target positions are attended to as
+        keys (the sampler's trimmed window; training attends to all L). With a copy
         head they are the log-probabilities of the generate-or-copy mixture (copying from
         the real prefix tokens; `copy_head.mixture_logprobs`), which every consumer of
         logits (softmax, cross-entropy, argmax) reads as the same distribution."""
         B, L = target.shape
         pos = prefix.lengths[:, None] + torch.arange(L, device=target.device)  # (B, L)
         cos, sin = self._rope(pos)
-        sees = torch.ones(B, L, dtype=torch.bool, device=target.device)  # (B, L)
+        sees = (
+            torch.ones(B, L, dtype=torch.bool, device=target.device)
+            if target_valid is None
+            else target_valid
+        )  # (B, L)
         mask = torch.cat((prefix.valid, sees), 1)[:, None, None]  # (B, 1, 1, P + L)
         x = self.embed(target)  # (B, L, D)
         for layer, k, v in zip(self.blocks, prefix.k, prefix.v, strict=True):
             x, _ = layer(x, cos, sin, mask, (k, v))
         h = self.norm(x)  # (B, L, D)
+        if self.cfg.shift:  # position j reads the state one earlier; 0 the prefix's last
+            if prefix.last is None:
+                raise ValueError("a shift MDLM needs the prefix's last state (encode_prefix)")
+            h = torch.cat((prefix.last[:, None], h[:, :-1]), 1)  # (B, L, D)
         head = self.embed.weight[: self.vocab_size]  # (V, D) tied; no logit for the mask
         logits: Tensor = h @ head.T  # (B, L, V)
         if prefix.copy_keys is None or prefix.ids is None:

@@ -24,7 +24,12 @@ the batching layer) takes an MDLM checkpoint unchanged.
        the last step commits every position left, so no mask survives;
     4. once a row commits `<eos>` at j, every later position becomes `<pad>` (what training
        taught after the end): fewer positions are left to commit, and the loop ends before
-       K steps once no row has a mask left.
+       K steps once no row has a mask left;
+    5. with `trim`, the next steps compute only the window up to the batch's last committed
+       `<eos>` (pads alike after it), and each row attends only to its own positions up to
+       its own `<eos>`, so a row samples the same alone or in a batch. This drops keys the
+       model saw in training (the pads after the end), an approximation: `simworld bench
+       mdlm --trim` measures what it costs and saves.
 The output is each row's tokens before its first `<eos>` or `<pad>`.
 
 Rows may have prefixes of different lengths: they are right-padded, masked as keys, and
@@ -63,10 +68,12 @@ class Sampled:
 
 
 def _pick(
-    logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator]
+    logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator], draws: int
 ) -> tuple[Tensor, Tensor]:
-    """Token (B, L) and its probability (B, L) at every position: argmax, or a draw from
-    the temperature-scaled, top-p-cut distribution with each row's own generator."""
+    """Token (B, W) and its probability (B, W) at every position of the window: argmax, or
+    a draw from the temperature-scaled, top-p-cut distribution with each row's own
+    generator (`draws` >= W numbers per row, the first W used, so that a row's random
+    stream does not depend on the window)."""
     probs = torch.softmax(logits.float() / (cfg.temperature if cfg.do_sample else 1.0), -1)
     if not cfg.do_sample:
         conf, token = probs.max(-1)  # (B, L) each
@@ -76,21 +83,29 @@ def _pick(
     cum = sorted_p.cumsum(-1)
     sorted_p = sorted_p.masked_fill(cum - sorted_p >= cfg.top_p, 0.0)  # keeps the top token
     cum = sorted_p.cumsum(-1)  # (B, L, V)
-    u = torch.stack([torch.rand(L, generator=g) for g in gens]).to(cum.device)  # (B, L)
+    u = torch.stack([torch.rand(draws, generator=g)[:L] for g in gens]).to(cum.device)
     idx = torch.searchsorted(cum, (u * cum[..., -1])[..., None]).clamp(max=V - 1)  # (B, L, 1)
     token = order.gather(-1, idx).squeeze(-1)  # (B, L)
     return token, probs.gather(-1, token[..., None]).squeeze(-1)
 
 
 def _choose(
-    masked: Tensor, conf: Tensor, step: int, steps: int, order: Order, gens: list[torch.Generator]
+    masked: Tensor,
+    conf: Tensor,
+    step: int,
+    steps: int,
+    order: Order,
+    gens: list[torch.Generator],
+    draws: int | None = None,
 ) -> Tensor:
-    """Which masked positions (B, L) to commit at `step` of `steps`."""
+    """Which masked positions (B, W) to commit at `step` of `steps` (ancestral: from
+    `draws` >= W numbers per row, as `_pick`)."""
     B, L = masked.shape
     if step == steps - 1:
         return masked
     if order == "ancestral":
-        u = torch.stack([torch.rand(L, generator=g) for g in gens]).to(masked.device)  # (B, L)
+        count = draws or L
+        u = torch.stack([torch.rand(count, generator=g)[:L] for g in gens]).to(masked.device)
         return masked & (u < 1.0 / (steps - step))
     # the masked positions left, spread evenly over the steps left (>= 1 while any is left)
     n = (masked.sum(1) + (steps - step - 1)) // (steps - step)  # (B,) ceil division
@@ -108,8 +123,10 @@ def sample_tokens(
     eos_id: int,
     pad_id: int,
     order: Order = "confidence",
+    trim: bool = False,
 ) -> Sampled:
-    """Sample a target for each prefix (token lists) in `steps` denoising steps."""
+    """Sample a target for each prefix (token lists) in `steps` denoising steps (`trim`:
+    step 5 of the module docstring)."""
     if steps < 1:
         raise ValueError(f"steps must be at least 1, got {steps}")
     if order not in ORDERS:
@@ -132,20 +149,25 @@ def sample_tokens(
     # === 2. an all-mask target
     x = torch.full((B, L), model.mask_id, dtype=torch.long, device=dev)  # (B, L)
     after = torch.arange(L, device=dev)  # (L,)
+    own = torch.full((B,), L, device=dev)  # (B,) each row's window (trim: to its <eos>)
     for step in range(steps):
         masked = x == model.mask_id  # (B, L)
         if not masked.any():
             break
-        # === 3. predict every position, commit some masked ones
-        logits = model.denoise(x, prefix)  # (B, L, V)
+        # === 3. predict every position of the window, commit some masked ones
+        width = int(own.max())
+        seen = after[None, :width] < own[:, None] if trim else None  # (B, width)
+        logits = model.denoise(x[:, :width], prefix, seen)  # (B, width, V)
         passes += 1
-        token, conf = _pick(logits, cfg, gens)
-        commit = _choose(masked, conf, step, steps, order, gens)  # (B, L)
-        x = torch.where(commit, token, x)
+        token, conf = _pick(logits, cfg, gens, L)
+        commit = _choose(masked[:, :width], conf, step, steps, order, gens, L)  # (B, width)
+        x[:, :width] = torch.where(commit, token, x[:, :width])
         # === 4. after a committed <eos>, only <pad>
         is_eos = x == eos_id  # (B, L)
         first = torch.where(is_eos.any(1), is_eos.int().argmax(1), L)  # (B,)
         x = torch.where(after[None] > first[:, None], pad_id, x)
+        if trim:  # === 5. the window ends at each row's <eos>
+            own = (first + 1).clamp(max=L)
     out = []
     for row in x.tolist():
         ends = [i for i, tok in enumerate(row) if tok in (eos_id, pad_id)]
@@ -156,7 +178,7 @@ def sample_tokens(
 class MDLMEngine:
     """An `Engine` (plain prompts in, generated text out) over an MDLM and its tokenizer.
 
-    `steps` (K) and `order` are the sampler's knobs; `last_passes` holds the forward passes
+    `steps` (K), `order` and `trim` are the sampler's knobs; `last_passes` holds the forward passes
     per observation of the last `generate` call (one entry per prompt); `passes`,
     `observations` and `prefix_seconds` (time spent encoding prefixes) add up over the
     engine's life."""
@@ -172,6 +194,7 @@ class MDLMEngine:
         order: Order = "confidence",
         batch_size: int = 32,
         device: str | torch.device | None = None,
+        trim: bool = False,
     ) -> None:
         if steps < 1 or batch_size < 1:
             raise ValueError(f"steps and batch_size must be at least 1, got {steps}, {batch_size}")
@@ -184,7 +207,7 @@ class MDLMEngine:
         self.model = model.to(device) if device is not None else model
         self.model.train(False)
         self.tokenizer = tokenizer
-        self.steps, self.order, self.batch_size = steps, order, batch_size
+        self.steps, self.order, self.batch_size, self.trim = steps, order, batch_size, trim
         self.last_passes: list[int] = []
         self.passes = self.observations = 0
         self.prefix_seconds = 0.0
@@ -209,6 +232,7 @@ class MDLMEngine:
                 int(self.tokenizer.eos_token_id),
                 int(self.tokenizer.pad_token_id),
                 self.order,
+                self.trim,
             )
             self.last_passes += [got.passes] * len(chunk)
             self.prefix_seconds += got.prefix_seconds

@@ -39,10 +39,10 @@ def tiny_mdlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_compare_scores_and_counts_both_models(tiny_checkpoint: Path, tiny_mdlm: Path) -> None:
     cfg = CompareConfig(ar=str(tiny_checkpoint), mdlm=str(tiny_mdlm), limit=4, ks=(1, 3),
-                        embeddings=False, progress=False)  # fmt: skip
+                        trim_ks=(3,), embeddings=False, progress=False)  # fmt: skip
     result = compare(cfg)
     names = [r["name"] for r in result["rows"]]
-    assert names == ["AR", "MDLM K=1", "MDLM K=3"] and result["steps"] == 4
+    assert names == ["AR", "MDLM K=1", "MDLM K=3", "MDLM K=3 trim"] and result["steps"] == 4
     by_name = {r["name"]: r for r in result["rows"]}
     assert by_name["MDLM K=1"]["passes_per_obs"] == 2.0  # the prefix, then one step
     assert 2.0 <= by_name["MDLM K=3"]["passes_per_obs"] <= 4.0
@@ -83,6 +83,8 @@ def test_bad_settings_are_clear_errors() -> None:
         CompareConfig(ar="a", mdlm="b", ks=(0,))
     with pytest.raises(ValueError, match="limit"):
         CompareConfig(ar="a", mdlm="b", limit=-1)
+    with pytest.raises(ValueError, match="trim"):
+        CompareConfig(ar="a", mdlm="b", trim_ks=(0,))
 
 
 @pytest.mark.slow

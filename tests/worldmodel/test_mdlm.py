@@ -138,18 +138,19 @@ def test_confidence_schedule_commits_everything_in_k_steps(steps: int) -> None:
 @pytest.mark.parametrize("order", ["confidence", "ancestral"])
 @pytest.mark.parametrize("sample", [False, True])
 @pytest.mark.parametrize("steps", [1, 2, 4, 16])
-def test_sampler_never_leaves_a_mask(order: str, sample: bool, steps: int) -> None:
+@pytest.mark.parametrize("trim", [False, True])
+def test_sampler_never_leaves_a_mask(order: str, sample: bool, steps: int, trim: bool) -> None:
     model = _model(target_len=12)
     seen: list[torch.Tensor] = []
     original = model.denoise
 
-    def spy(target: torch.Tensor, prefix: PrefixKV) -> torch.Tensor:
+    def spy(target: torch.Tensor, prefix: PrefixKV, keys: torch.Tensor | None) -> torch.Tensor:
         seen.append(target.clone())
-        return original(target, prefix)
+        return original(target, prefix, keys)
 
     model.denoise = spy  # type: ignore[method-assign]
     cfg = GenerationConfig(max_new_tokens=12, do_sample=sample, seed=3)
-    got = sample_tokens(model, [[5, 6, 7], [8, 9]], cfg, steps, EOS, PAD, order)  # type: ignore[arg-type]
+    got = sample_tokens(model, [[5, 6, 7], [8, 9]], cfg, steps, EOS, PAD, order, trim)  # type: ignore[arg-type]
     assert all(0 <= t < V and t not in (EOS, PAD) for row in got.tokens for t in row)
     assert got.passes == 1 + len(seen) and len(seen) <= steps
     # before the last pass masks remained; the last pass committed every one of them
@@ -166,10 +167,12 @@ def test_prefix_is_encoded_once_per_observation_and_never_altered() -> None:
         encodes.append((ids.clone(), valid.clone()))
         return encode(ids, valid)
 
-    def denoise_spy(target: torch.Tensor, prefix: PrefixKV) -> torch.Tensor:
+    def denoise_spy(
+        target: torch.Tensor, prefix: PrefixKV, keys: torch.Tensor | None
+    ) -> torch.Tensor:
         kvs.append(prefix)
         snapshot = [t.clone() for t in prefix.k + prefix.v]
-        out = denoise(target, prefix)
+        out = denoise(target, prefix, keys)
         assert all(torch.equal(a, b) for a, b in zip(snapshot, prefix.k + prefix.v, strict=True))
         return out
 
@@ -210,8 +213,8 @@ def test_after_an_eos_only_pads_follow() -> None:
     model = _model(target_len=8)
     original = model.denoise
 
-    def biased(target: torch.Tensor, prefix: PrefixKV) -> torch.Tensor:
-        logits = original(target, prefix)
+    def biased(target: torch.Tensor, prefix: PrefixKV, keys: torch.Tensor | None) -> torch.Tensor:
+        logits = original(target, prefix, keys)
         logits[:, 2, EOS] = 1e4
         logits[:, :, PAD] = -1e4
         return logits
@@ -220,6 +223,55 @@ def test_after_an_eos_only_pads_follow() -> None:
     got = sample_tokens(model, [[5, 6]], GenerationConfig(max_new_tokens=8), 8, EOS, PAD)
     assert len(got.tokens[0]) == 2
     assert got.passes < 1 + 8  # the forced pads ended the loop early
+
+
+def _ends_by_length(model: MDLM, ends: dict[int, int]) -> list[int]:
+    """Make `model` prefer <eos> at position ends[prefix length] and never <pad>; returns
+    the list it appends each step's window width to."""
+    original, widths = model.denoise, []
+
+    def biased(target: torch.Tensor, prefix: PrefixKV, keys: torch.Tensor | None) -> torch.Tensor:
+        widths.append(target.shape[1])
+        logits = original(target, prefix, keys)
+        for b, n in enumerate(prefix.lengths.tolist()):
+            if ends[n] < target.shape[1]:
+                logits[b, ends[n], EOS] = 1e4
+        logits[:, :, PAD] = -1e4
+        return logits
+
+    model.denoise = biased  # type: ignore[method-assign]
+    return widths
+
+
+@pytest.mark.parametrize("sample", [False, True])
+def test_a_trimmed_window_ends_at_the_last_eos_and_rows_stay_independent(sample: bool) -> None:
+    model = _model(target_len=12)
+    widths = _ends_by_length(model, {2: 2, 4: 6})
+    rows, cfg = [[5, 6], [8, 9, 10, 11]], GenerationConfig(12, do_sample=sample, seed=2)
+    both = sample_tokens(model, rows, cfg, 6, EOS, PAD, trim=True)
+    assert [len(t) for t in both.tokens] == [2, 6]
+    assert widths[0] == 12 and widths[1:] and set(widths[1:]) == {7}  # up to the last <eos>
+    widths.clear()
+    alone = sample_tokens(model, rows[:1], cfg, 6, EOS, PAD, trim=True)
+    assert alone.tokens == both.tokens[:1] and set(widths[1:]) == {3}
+    widths.clear()
+    sample_tokens(model, rows, cfg, 6, EOS, PAD)  # untrimmed: every step computes all L
+    assert set(widths) == {12}
+
+
+def test_the_engine_passes_trim_to_the_sampler() -> None:
+    tok = train_tokenizer(["abc def ghi", "jkl mno"] * 10, 300)
+    model = MDLM(MDLMConfig.preset("tiny", target_len=8), len(tok))
+    widths = []
+    original = model.denoise
+
+    def spy(target: torch.Tensor, prefix: PrefixKV, keys: torch.Tensor | None) -> torch.Tensor:
+        widths.append(None if keys is None else keys.shape[1])
+        return original(target, prefix, keys)
+
+    model.denoise = spy  # type: ignore[method-assign]
+    MDLMEngine(model, tok, steps=2, trim=True).generate(["abc"], GenerationConfig(8))
+    assert widths and all(w is not None for w in widths)
 
 
 # ---------------------------------------------------------------------------- checkpoint
