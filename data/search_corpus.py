@@ -233,6 +233,18 @@ class BM25Index:
         """How many (passage, term) postings a search for `query` reads: its cost in work."""
         return sum(len(self._postings.get(t, ())) for t in set(terms(query)))
 
+    def score(self, query: str, passage: int) -> float:
+        """BM25 of the passage at index `passage` alone for `query` (rounded as `search`
+        rounds): one passage scored, nothing ranked."""
+        counts = Counter(terms(f"{self.passages[passage].title} {self.passages[passage].text}"))
+        norm = self.k1 * (1.0 - self.b + self.b * self._lengths[passage] / self._average)
+        total = 0.0
+        for term, qtf in Counter(terms(query)).items():
+            tf = counts.get(term, 0)
+            if tf:
+                total += qtf * self._idf[term] * tf * (self.k1 + 1.0) / (tf + norm)
+        return round(total, 2)
+
     def search(self, query: str, top_k: int) -> list[Hit]:
         """The `top_k` best passages for `query` with a positive score, best first (equal
         scores in corpus order)."""

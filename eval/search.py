@@ -18,9 +18,13 @@ S is None when the model's answer could not be read, and then scores 0 everywher
 - `verbatim`: the share of S's passages that are verbatim passages of the corpus.
 A passage is embedded as its contents, `"Title"\\ntext`. Where R is empty, every score is 1
 when S is empty too, else 0. Rows: `model` scores the answers as served (an answer whose
-JSON does not parse is unreadable: 0); `model_salvaged` scores the passages such an answer
-still holds (`salvage`: its "id", "title" and "text" strings read one by one), i.e. what
-the model writes apart from its JSON slips; `random` scores k seeded random corpus
+JSON does not parse is unreadable: 0), which for an env that grounds model answers
+(search: `SearchGrounder`, each passage the model names taken from the corpus) are the
+grounded ones; `model_ungrounded` scores the answers as the model wrote them
+(`RouterConfig(ground=False)`, a second run over the same queries); `model_salvaged`
+scores the passages an ungrounded answer still holds where its JSON is broken
+(`salvage`: its "id", "title", "text" and "score" read one by one), i.e. what the model
+writes apart from its JSON slips; `random` scores k seeded random corpus
 passages the same way: what unrelated passages of the same corpus reach (the floor). A model
 trained with example blocks (`--example-tokens`) adds `nearest_recorded`: the hits of the
 recorded train step its memory retrieves for the query (the step its example block shows),
@@ -38,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import sys
 import time
 from collections import Counter
@@ -49,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from simworld.data.envs.search import hits_json, search_call
+from simworld.data.envs.search import hits_json, salvage_hits, search_call
 from simworld.data.envs.seeding import derive_seed
 from simworld.data.records import Episode, Task, ToolCallsAction, ToolResultsObservation
 from simworld.data.search_corpus import (
@@ -69,8 +72,7 @@ from simworld.worldmodel.retrieval import Retriever
 from simworld.worldmodel.world_model import WorldModel
 
 Hits = list[dict[str, Any]]
-_FIELD = re.compile(r'"(id|title|text)":\s*"((?:[^"\\]|\\.)*)"')
-ROWS = ("model", "model_salvaged", "nearest_recorded", "random")
+ROWS = ("model", "model_ungrounded", "model_salvaged", "nearest_recorded", "random")
 SCORES = ("rank_cosine", "best_cosine", "content_overlap", "id_overlap", "token_f1", "verbatim")
 Handler = Callable[[argparse.Namespace], int]
 
@@ -196,18 +198,9 @@ def nearest_recorded(memory: Retriever, env: str, query: str, top_k: int) -> Hit
 
 
 def salvage(text: str) -> Hits:
-    """The passages a result text holds even where its JSON is broken: each `"id"` starts a
-    hit; the `"title"` and `"text"` strings after it fill it in (JSON string literals)."""
-    hits: Hits = []
-    for key, literal in _FIELD.findall(text):
-        try:
-            value = json.loads(f'"{literal}"')
-        except ValueError:
-            continue
-        if key == "id" or not hits:
-            hits.append({"id": "", "title": "", "text": "", "score": 0.0})
-        hits[-1][key] = value
-    return hits
+    """The passages a result text holds even where its JSON is broken (`salvage_hits`),
+    each with the fields it lacks empty (score 0.0)."""
+    return [{"id": "", "title": "", "text": "", "score": 0.0, **h} for h in salvage_hits(text)]
 
 
 def route_shares(
@@ -262,23 +255,26 @@ def run_search_bench(
     random.Random(derive_seed("bench-search", cfg.seed)).shuffle(queries)
     queries = queries[: cfg.limit]
     real = [hits_json(index.search(q, cfg.top_k)) for q in queries]
-    started = time.perf_counter()
-    simulator = Router(env, model, RouterConfig())
-    asked = [ask(simulator, q, cfg.top_k, derive_seed("bench-search", q)) for q in queries]
-    seconds = time.perf_counter() - started
+    runs = {}
+    for ground in (True, False) if env.ground is not None else (True,):
+        started = time.perf_counter()
+        simulator = Router(env, model, RouterConfig(ground=ground))
+        asked = [ask(simulator, q, cfg.top_k, derive_seed("bench-search", q)) for q in queries]
+        runs[ground] = (asked, (time.perf_counter() - started) / max(len(queries), 1))
+    asked, seconds = runs[True]
+    written, written_seconds = runs[False] if False in runs else runs[True]
     simulated = [a.hits for a in asked]
-    salvaged = [a.hits if a.hits is not None else salvage(a.text) for a in asked]
+    salvaged = [a.hits if a.hits is not None else salvage(a.text) for a in written]
     rng = random.Random(derive_seed("bench-search-random", cfg.seed))
     floor = [
         hits_json([Hit(p, 0.0) for p in rng.sample(corpus.passages, cfg.top_k)]) for _ in queries
     ]
     texts = frozenset(_flat(p.text) for p in corpus.passages)
     config = RouterConfig(max_real_cost=cfg.max_real_cost)
-    rows: dict[str, Sequence[Hits | None]] = {
-        "model": simulated,
-        "model_salvaged": salvaged,
-        "random": floor,
-    }
+    rows: dict[str, Sequence[Hits | None]] = {"model": simulated}
+    if False in runs:
+        rows["model_ungrounded"] = [a.hits for a in written]
+    rows |= {"model_salvaged": salvaged, "random": floor}
     memory = getattr(model, "memory", None)
     if isinstance(memory, Retriever):
         rows["nearest_recorded"] = [
@@ -293,7 +289,9 @@ def run_search_bench(
             for row, hits in rows.items()
         },
         "unreadable": sum(s is None for s in simulated),
-        "model_seconds_per_query": round(seconds / max(len(queries), 1), 4),
+        "unreadable_ungrounded": sum(a.hits is None for a in written),
+        "model_seconds_per_query": round(seconds, 4),
+        "ungrounded_seconds_per_query": round(written_seconds, 4),
         "shares": route_shares(env, model, queries, cfg.top_k, config, cfg.passes),
     }
 
@@ -309,7 +307,10 @@ def render(report: dict[str, Any]) -> str:
     ]
     for row in (r for r in ROWS if r in report):
         lines.append(f"| {row} | " + " | ".join(f"{report[row][k]:.3f}" for k in SCORES) + " |")
-    lines += ["", f"unreadable model answers: {report['unreadable']}", ""]
+    lines += ["", f"unreadable model answers: {report['unreadable']} as served"]
+    if "model_ungrounded" in report:
+        lines[-1] += f", {report['unreadable_ungrounded']} as written (ungrounded)"
+    lines += [""]
     cost = report["config"]["max_real_cost"]
     lines += [f"router shares (max_real_cost {cost}):", "| pass | cache | real | model |"]
     lines.append("|---|---|---|---|")

@@ -68,6 +68,11 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     add("--max-real-cost", type=float, default=0.0,
         help="let the real backend answer steps that cost at most this (0: off)")  # fmt: skip
     add("--no-cache", action="store_true", help="do not cache model answers")
+    add(
+        "--no-ground",
+        action="store_true",
+        help="serve model answers as written, not grounded in the env's data (search: corpus)",
+    )
     add("--device", help="the model's torch device (default: the engine's choice)")
     add("--dtype", choices=DTYPE_CHOICES, default="float32",
         help="the model's weights: float32, bfloat16 (where the hardware runs it natively: "
@@ -89,6 +94,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
     router = RouterConfig(
         use_cache=not args.no_cache,
+        ground=not args.no_ground,
         real_tools=frozenset(args.real_tools),
         max_real_cost=args.max_real_cost,
         shadow=args.shadow,

@@ -10,8 +10,9 @@ backend).
 An env is data (tasks with their initial states and tool specs, domain rules, volatile
 fields) plus small code: `check` (reward and termination after a step), an optional
 `responder` (deterministic rules that answer some steps exactly, no model needed), an
-optional `real` backend (off unless the router is told to use it), and the error style
-its real API writes invalid calls in. Nothing here imports torch or FastAPI.
+optional `real` backend (off unless the router is told to use it), an optional `ground`
+(rebuilds a model answer from the env's own data, as search does with its corpus), and
+the error style its real API writes invalid calls in. Nothing here imports torch or FastAPI.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class StepCheck:
 Check = Callable[[JSON, Action, Observation, JSON], StepCheck]
 # (state, action) -> an exact answer, or None when the rules do not cover the step
 Responder = Callable[[JSON, Action], Answer | None]
+# (action, the model's observation or None where unreadable, the model's raw text) ->
+# the observation rebuilt from the env's own data and what could not be placed, or None
+# where nothing could be (the model's answer then stands as it is)
+Grounder = Callable[[Action, Observation | None, str], tuple[Observation, list[str]] | None]
 
 
 class RealBackend(Protocol):
@@ -94,6 +99,9 @@ class SimEnv:
     check: Check = no_reward
     responder: Responder | None = None
     real: RealBackend | None = None
+    # Grounding of model answers in the env's own data (search: the model names passages,
+    # the corpus supplies their text); the router applies it unless told not to.
+    ground: Grounder | None = None
     error_style: ErrorStyle = field(default_factory=DefaultStyle)
     # Real episodes of this env (a captured env's recordings): the router's exact cache
     # starts with their answers, so a step seen for real is answered as it was.
@@ -136,6 +144,7 @@ class SimEnv:
 __all__ = [
     "Answer",
     "Check",
+    "Grounder",
     "RealBackend",
     "Responder",
     "SimEnv",

@@ -18,7 +18,9 @@ Order, first that answers wins:
    observations stand for it. Only model answers without problems are stored.
 4. `model`: the world model, on `context_for_action(history, state, action, model.budget)`
    with the call ids in the env's recorded form (`SimEnv.call_id_form`), greedy (the
-   model's own generation config). A prediction with problems (text the parser cannot
+   model's own generation config), then grounded where the env grounds model answers
+   (`SimEnv.ground`, unless `RouterConfig(ground=False)`: search rebuilds each hit the
+   model names from the corpus). A prediction with problems (text the parser cannot
    read, or a result that breaks its tool's `output_schema`; error results are exempt) is
    retried up to `output_retries` times with seeded sampling at temperature 0.7. When every try
    has problems the last prediction is kept and its problems are reported, never raised;
@@ -78,6 +80,7 @@ class RouterConfig:
     max_real_cost: float = 0.0  # > 0: the real backend answers steps that cost at most this
     shadow: bool = False  # run the real backend beside every other answer and compare
     output_retries: int = 2  # extra model tries for a prediction with problems
+    ground: bool = True  # apply the env's grounding (SimEnv.ground) to model answers
 
     def __post_init__(self) -> None:
         if isinstance(self.real_tools, str):
@@ -219,18 +222,31 @@ class Router:
         ctx = context_for_action(history, state, asked, model.budget)
         tools = {t.name: t for t in history.tools}
         (prediction,) = model.predict([ctx])
-        prediction = _client_ids(prediction, action)
+        prediction = self._grounded(_client_ids(prediction, action), action)
         problems = _problems(prediction, action, tools)
         retries = 0
         while problems and retries < self.config.output_retries:
             retries += 1
             cfg = _sampling(model, derive_seed("router-retry", seed, retries))
             (prediction,) = model.predict([ctx], cfg)
-            prediction = _client_ids(prediction, action)
+            prediction = self._grounded(_client_ids(prediction, action), action)
             problems = _problems(prediction, action, tools)
         if prediction.observation is None:
             return Answer(self._unreadable(action, tools)), retries, problems
         return Answer(prediction.observation, prediction.patch), retries, problems
+
+    def _grounded(self, prediction: Prediction, action: Action) -> Prediction:
+        """The prediction grounded by the env (`SimEnv.ground`): its observation rebuilt
+        from the env's own data, the parser's problems replaced by what grounding could
+        not place; as it is where the env has no grounding, it is off, or nothing could be
+        placed."""
+        if self.env.ground is None or not self.config.ground:
+            return prediction
+        grounded = self.env.ground(action, prediction.observation, prediction.text)
+        if grounded is None:
+            return prediction
+        observation, problems = grounded
+        return replace(prediction, observation=observation, problems=list(problems))
 
     def _unreadable(self, action: Action, tools: dict[str, ToolSpec]) -> Observation:
         if isinstance(action, TextAction):

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -132,6 +133,39 @@ def result_text(hits: Sequence[Hit]) -> str:
     return json.dumps(hits_json(hits), ensure_ascii=False, separators=(",", ":"))
 
 
+_FIELD = re.compile(
+    r'"(id|title|text)"\s*:\s*"((?:[^"\\]|\\.)*)"'  # a string field
+    r'|"score"\s*:\s*(-?\d+(?:\.\d+)?)(?=\s*[,}\]])'  # a whole number, then , } or ]
+)
+
+
+def salvage_hits(text: str) -> list[dict[str, JSON]]:
+    """The hits a result text holds even where its JSON is broken (a model's answer cut at
+    its token bound, a slipped quote): each `"id"` starts a hit, and the `"title"`,
+    `"text"` and `"score"` after it fill it in; a field the text lacks is missing from the
+    hit. A text that is a JSON array of objects is read as it is."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, list) and all(isinstance(h, dict) for h in whole):
+        return whole
+    hits: list[dict[str, JSON]] = []
+    for key, literal, score in _FIELD.findall(text):
+        if score:
+            if hits and "score" not in hits[-1]:
+                hits[-1]["score"] = float(score)
+            continue
+        try:
+            value = json.loads(f'"{literal}"')
+        except ValueError:
+            continue
+        if not hits or key in hits[-1] or (key == "id" and "score" in hits[-1]):
+            hits.append({})
+        hits[-1][key] = value
+    return hits
+
+
 def search_call(call_id: str, query: str, top_k: int) -> ToolCall:
     arguments: dict[str, JSON] = {"query": query, "top_k": top_k}
     return ToolCall(call_id, TOOL_NAME, arguments, json.dumps(arguments, ensure_ascii=False))
@@ -212,5 +246,6 @@ __all__ = [
     "hits_json",
     "instruction",
     "result_text",
+    "salvage_hits",
     "search_call",
 ]

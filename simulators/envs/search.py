@@ -32,6 +32,14 @@ where the cached model answer was right; simworld keeps real first. Every answer
 ("cache", "real", "model", or "validation" for a call the input schema refused) is in
 the step's info and the server's metrics.
 
+Grounding (`SearchGrounder`, the env's `ground`; `RouterConfig(ground=False)` and
+`simworld serve --no-ground` switch it off): a model answer is rebuilt from the corpus,
+each hit the model names (by id, else by title) given as the corpus passage, verbatim, in
+the model's order and with the model's score. The model then decides which passages a
+query gets, the part a retriever's simulation is about, and never has to write 40 words
+of a corpus from memory, which a small model cannot (README, "Search"). Writing text
+from memory, SSRL's pure self-search, is what `ground=False` serves.
+
 Decisions:
 - One task, "search", with the recorder's instruction for the corpus (`instruction`): the
   prompts a served search sees read like the recorded ones. No state, no reward (`check`
@@ -57,15 +65,18 @@ from simworld.data.envs.search import (
     hits_json,
     instruction,
     result_text,
+    salvage_hits,
 )
 from simworld.data.records import (
     JSON,
     Action,
+    Observation,
+    ToolCall,
     ToolCallsAction,
     ToolResult,
     ToolResultsObservation,
 )
-from simworld.data.search_corpus import BM25Index, Corpus, load_corpus
+from simworld.data.search_corpus import BM25Index, Corpus, Hit, load_corpus, terms
 from simworld.simulators.env import Answer, SimEnv, SimTask
 from simworld.simulators.validation import DefaultStyle
 
@@ -107,8 +118,92 @@ class SearchReal:
         return reads / len(self.index.passages)
 
 
+class SearchGrounder:
+    """Grounds a model's search answers in the corpus (`SimEnv.ground`): the model names
+    the passages, the corpus supplies them. Each hit the model wrote (read leniently, so
+    an answer cut at its token bound still counts: `salvage_hits`) becomes the corpus
+    passage with its id, else one with its title (of several, the one sharing the most
+    words with the text the model wrote; ties: corpus order), with the model's score, or
+    where the model wrote none that reads, that passage's own BM25 score for the query
+    (one passage scored, nothing ranked). A hit matching no passage, one naming a passage
+    already given, and hits past the call's top_k are left out, each named in the
+    problems. A call whose answer holds no hit at all (and is not `[]`) cannot be
+    grounded: then the model's answer stands as it is (None)."""
+
+    def __init__(self, index: BM25Index) -> None:
+        self.index = index
+        self._by_id = {p.id: i for i, p in enumerate(index.passages)}
+        self._by_title: dict[str, list[int]] = {}
+        for i, p in enumerate(index.passages):
+            self._by_title.setdefault(p.title, []).append(i)
+
+    def __call__(
+        self, action: Action, observation: Observation | None, text: str
+    ) -> tuple[Observation, list[str]] | None:
+        if not isinstance(action, ToolCallsAction):
+            return None
+        written = observation.results if isinstance(observation, ToolResultsObservation) else []
+        if len(written) < len(action.calls) and not (len(action.calls) == 1 and text):
+            return None
+        results: list[ToolResult] = []
+        problems: list[str] = []
+        for i, call in enumerate(action.calls):
+            answer = written[i].text if i < len(written) else text
+            hits = self._hits(call, answer, problems)
+            if hits is None:
+                return None
+            results.append(ToolResult(call.id, result_text(hits), hits_json(hits)))
+        return ToolResultsObservation(results), problems
+
+    def _hits(self, call: ToolCall, answer: str, problems: list[str]) -> list[Hit] | None:
+        arguments = call.arguments or {}
+        query, top_k = arguments.get("query"), arguments.get("top_k", DEFAULT_TOP_K)
+        if call.name != TOOL_NAME or not isinstance(query, str) or not isinstance(top_k, int):
+            return None
+        named = salvage_hits(answer)
+        if not named:
+            return [] if answer.strip() == "[]" else None
+        hits: list[Hit] = []
+        given: set[int] = set()
+        for n, hit in enumerate(named):
+            where = f"hit {n} of {call.id!r}"
+            if len(hits) == top_k:
+                problems.append(f"{where} and later: past top_k {top_k}, left out")
+                break
+            place = self._place(hit)
+            if place is None:
+                problems.append(f"{where}: no corpus passage has its id or title, left out")
+                continue
+            if place in given:
+                again = self.index.passages[place].id
+                problems.append(f"{where}: passage {again!r} again, left out")
+                continue
+            given.add(place)
+            score = hit.get("score")
+            if not isinstance(score, int | float) or isinstance(score, bool):
+                score = self.index.score(query, place)
+            hits.append(Hit(self.index.passages[place], float(score)))
+        if not hits:
+            return None
+        return hits
+
+    def _place(self, hit: dict[str, JSON]) -> int | None:
+        """The corpus index of the passage a written hit names, or None."""
+        named_id, title = hit.get("id"), hit.get("title")
+        if isinstance(named_id, str) and named_id in self._by_id:
+            return self._by_id[named_id]
+        if not isinstance(title, str) or title not in self._by_title:
+            return None
+        candidates = self._by_title[title]
+        written = set(terms(str(hit.get("text", ""))))
+        shared = [len(written & set(terms(self.index.passages[i].text))) for i in candidates]
+        return candidates[shared.index(max(shared))]
+
+
 def build_search_env(corpus: Corpus) -> SimEnv:
-    """The search SimEnv over `corpus`, with BM25 over it as the real backend."""
+    """The search SimEnv over `corpus`, with BM25 over it as the real backend and the
+    corpus grounding the model's answers."""
+    index = BM25Index(corpus.passages)
     task = SimTask(
         id=TASK_ID, instruction=instruction(corpus), initial_state=None, tools=(SEARCH_TOOL,)
     )
@@ -118,7 +213,8 @@ def build_search_env(corpus: Corpus) -> SimEnv:
         action_kind="tool_calls",
         rules=RULES,
         max_steps=MAX_STEPS,
-        real=SearchReal(BM25Index(corpus.passages)),
+        real=SearchReal(index),
+        ground=SearchGrounder(index),
         error_style=DefaultStyle(),
     )
 
@@ -135,6 +231,7 @@ __all__ = [
     "CORPUS_VARIABLE",
     "MAX_STEPS",
     "TASK_ID",
+    "SearchGrounder",
     "SearchReal",
     "build_search_env",
     "search_env",

@@ -183,6 +183,37 @@ def test_a_model_with_a_memory_gets_the_nearest_recorded_row(tmp_path: Path) -> 
     assert near is not None and len(near) == 1 and near[0]["id"].startswith("d")
 
 
+class NamingModel:
+    """Names corpus passage d3-0, then writes made-up text cut at its token bound."""
+
+    def __init__(self) -> None:
+        self.budget = Budget(total=2048)
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]:
+        out = []
+        for ctx in batch:
+            action = ctx.action_record
+            assert isinstance(action, ToolCallsAction)
+            text = f'{action.calls[0].id} ok [{{"id":"d3-0","title":"Topic 3","text":"made up'
+            parsed = parse_target(text, action)
+            out.append(Prediction(parsed.observation, None, text, list(parsed.problems)))
+        return out
+
+
+def test_the_bench_scores_grounded_and_ungrounded_answers(tmp_path: Path) -> None:
+    cfg = SearchBenchConfig(corpus=str(corpus_file(tmp_path)), split="train", limit=4)
+    report = run_search_bench(cfg, NamingModel(), ENCODER)
+    # As served, the named passage comes from the corpus; as written, the JSON is broken.
+    assert report["unreadable"] == 0 and report["unreadable_ungrounded"] == 4
+    assert report["model"]["verbatim"] == 1.0 and report["model_ungrounded"]["verbatim"] == 0.0
+    assert report["model_salvaged"]["verbatim"] == 0.0  # "made up" is no corpus text
+    assert report["model_seconds_per_query"] > 0 and report["ungrounded_seconds_per_query"] > 0
+    text = render(report)
+    assert "| model_ungrounded |" in text and "4 as written (ungrounded)" in text
+
+
 @pytest.mark.slow  # the command imports torch before it finds no checkpoint
 def test_bench_command_refuses_a_missing_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
