@@ -127,8 +127,8 @@ class SearchGrounder:
     where the model wrote none that reads, that passage's own BM25 score for the query
     (one passage scored, nothing ranked). A hit matching no passage, one naming a passage
     already given, and hits past the call's top_k are left out, each named in the
-    problems. A call whose answer holds no hit at all (and is not `[]`) cannot be
-    grounded: then the model's answer stands as it is (None)."""
+    problems. A call whose answer holds no hit that can be placed (and is not `[]`) cannot
+    be grounded: then the model's answer stands as it is (None)."""
 
     def __init__(self, index: BM25Index) -> None:
         self.index = index
