@@ -237,13 +237,17 @@ class BM25Index:
         """BM25 of the passage at index `passage` alone for `query` (rounded as `search`
         rounds): one passage scored, nothing ranked."""
         counts = Counter(terms(f"{self.passages[passage].title} {self.passages[passage].text}"))
-        norm = self.k1 * (1.0 - self.b + self.b * self._lengths[passage] / self._average)
         total = 0.0
         for term, qtf in Counter(terms(query)).items():
             tf = counts.get(term, 0)
             if tf:
-                total += qtf * self._idf[term] * tf * (self.k1 + 1.0) / (tf + norm)
+                total += self._term_score(term, qtf, passage, tf)
         return round(total, 2)
+
+    def _term_score(self, term: str, qtf: int, passage: int, tf: int) -> float:
+        """One query term's BM25 contribution to the passage at index `passage`."""
+        norm = self.k1 * (1.0 - self.b + self.b * self._lengths[passage] / self._average)
+        return qtf * self._idf[term] * tf * (self.k1 + 1.0) / (tf + norm)
 
     def search(self, query: str, top_k: int) -> list[Hit]:
         """The `top_k` best passages for `query` with a positive score, best first (equal
@@ -256,8 +260,7 @@ class BM25Index:
             if idf is None:
                 continue
             for i, tf in self._postings[term]:
-                norm = self.k1 * (1.0 - self.b + self.b * self._lengths[i] / self._average)
-                scores[i] = scores.get(i, 0.0) + qtf * idf * tf * (self.k1 + 1.0) / (tf + norm)
+                scores[i] = scores.get(i, 0.0) + self._term_score(term, qtf, i, tf)
         best = sorted(scores.items(), key=lambda item: (-item[1], item[0]))[:top_k]
         return [Hit(self.passages[i], round(score, 2)) for i, score in best if score > 0]
 

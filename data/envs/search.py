@@ -141,9 +141,10 @@ _FIELD = re.compile(
 
 def salvage_hits(text: str) -> list[dict[str, JSON]]:
     """The hits a result text holds even where its JSON is broken (a model's answer cut at
-    its token bound, a slipped quote): each `"id"` starts a hit, and the `"title"`,
-    `"text"` and `"score"` after it fill it in; a field the text lacks is missing from the
-    hit. A text that is a JSON array of objects is read as it is."""
+    its token bound, a slipped quote): the `"id"`, `"title"`, `"text"` and `"score"`
+    fields in order, a field already in the current hit (or an id after its score)
+    starting the next hit; a field the text lacks is missing from the hit. A text that is
+    a JSON array of objects is read as it is."""
     try:
         whole = json.loads(text)
     except ValueError:
