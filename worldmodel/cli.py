@@ -30,6 +30,9 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--new-tokens", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
+        "--repeats", type=int, default=3, help="timed calls per row; the fastest is reported"
+    )
+    parser.add_argument(
         "--dtype",
         choices=DTYPE_CHOICES,
         default="float32",
@@ -44,6 +47,9 @@ def _decode(args: argparse.Namespace) -> int:
     from simworld.worldmodel import bench
 
     torch.set_num_threads(args.threads)
+    if args.repeats < 1:
+        print(f"simworld bench decode: --repeats must be >= 1, got {args.repeats}", file=sys.stderr)
+        return 2
     if args.model == "random":
         if args.dtype != "float32":
             print("simworld bench decode: --dtype applies to checkpoints only", file=sys.stderr)
@@ -72,6 +78,7 @@ def _decode(args: argparse.Namespace) -> int:
         prompts[:need],
         batch_sizes=args.batch_sizes,
         new_tokens=args.new_tokens,
+        repeats=args.repeats,
         label="" if args.dtype == "float32" else f"-{args.dtype}",
     )
     return 0

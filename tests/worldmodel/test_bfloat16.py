@@ -10,13 +10,14 @@ import pytest
 import torch
 from engine_helpers import copy_model, prompts, tiny_model, tiny_tokenizer
 from threads import in_threads
+from torch import Tensor
 from transformers import PreTrainedModel
 
 from simworld.worldmodel.bench import random_llama
 from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.engines.decode import PrefixCache, _prefill_prefix
+from simworld.worldmodel.engines.decode import PrefixCache, _prefill_many, _prefill_prefix
 from simworld.worldmodel.engines.hf import TransformersEngine, native_bfloat16, resolve_dtype
-from simworld.worldmodel.engines.lean import KVCache, LeanLlama
+from simworld.worldmodel.engines.lean import DECODE_BLOCK, KVCache, LeanLlama
 
 GREEDY = GenerationConfig(max_new_tokens=12)
 
@@ -77,30 +78,42 @@ def test_engine_casts_the_weights() -> None:
 def test_decode_step_of_a_row_ignores_the_other_rows(make: object) -> None:
     """One decode step of a 200-token row beside a 600-token row (the batch's window then
     starts 400 slots before the short row's first) equals the step decoded alone, bit for
-    bit, where one masked attention call over the shared window would not be."""
+    bit, where one masked attention call over the shared window would not be. Each row
+    has DECODE_BLOCK - 1 free slots before it, for its decode window."""
     lean = LeanLlama(bf16(make()))  # type: ignore[operator]
-    ns, nl = 200, 600
-    alone = prefilled(lean, ids(ns, seed=1), capacity=ns + 1)
-    want = lean.forward(torch.tensor([[5]]), torch.tensor([[ns]]), alone, ns, ones(1, ns + 1), [0])
+    ns, nl, m = 200, 600, DECODE_BLOCK - 1
+    short, long_ = prefilled(lean, ids(ns, seed=1), ns), prefilled(lean, ids(nl, seed=2), nl)
 
-    w = nl  # the shared write slot: both prompts end just before it
-    both = lean.new_cache(2, w + 1)
-    for t in both.tensors():
-        t.zero_()
-    other = prefilled(lean, ids(nl, seed=2), capacity=nl)
-    for dst, a, b in zip(both.tensors(), alone.tensors(), other.tensors(), strict=True):
-        dst[0, :, w - ns : w] = a[0, :, :ns]
-        dst[1, :, :w] = b[0]
-    key_valid = ones(2, w + 1)
-    key_valid[0, : w - ns] = False
-    got = lean.forward(
-        torch.tensor([[5], [7]]), torch.tensor([[ns], [nl]]), both, w, key_valid, [w - ns, 0]
-    )
-    assert torch.equal(got[0], want[0])
-    assert torch.equal(
-        lean.logits(got, both, key_valid, w + 1)[0],
-        lean.logits(want, alone, ones(1, ns + 1), ns + 1)[0],
-    )
+    def step(rows: list[tuple[KVCache, int]], tokens: list[int]) -> tuple[Tensor, Tensor]:
+        """One decode step of `rows` (a prefilled cache and its length each), right-aligned
+        to end at one write slot, from a cache whose free slots hold zeros."""
+        w = m + max(n for _, n in rows)
+        cache = lean.new_cache(len(rows), w + 1)
+        for t in cache.tensors():
+            t.zero_()
+        key_valid = ones(len(rows), w + 1)
+        for b, (src, n) in enumerate(rows):
+            for dst, s in zip(cache.tensors(), src.tensors(), strict=True):
+                dst[b, :, w - n : w] = s[0, :, :n]
+            key_valid[b, : w - n] = False
+        firsts = [w - n for _, n in rows]
+        pos = torch.tensor([[n] for _, n in rows])
+        hidden = lean.forward(torch.tensor([[t] for t in tokens]), pos, cache, w, key_valid, firsts)
+        return hidden, lean.logits(hidden, cache, key_valid, w + 1)
+
+    want_h, want_logits = step([(short, ns)], [5])
+    got_h, got_logits = step([(short, ns), (long_, nl)], [5, 7])
+    assert torch.equal(got_h[0], want_h[0])
+    assert torch.equal(got_logits[0], want_logits[0])
+    flipped_h, _ = step([(long_, nl), (short, ns)], [7, 5])  # the other row first
+    assert torch.equal(flipped_h[1], want_h[0])
+
+
+def test_a_decode_row_without_room_for_its_window_is_refused() -> None:
+    lean = LeanLlama(bf16(attention_model()))
+    cache = prefilled(lean, ids(10, seed=1), 11)
+    with pytest.raises(ValueError, match="needs 53 free slots before its first"):
+        lean.forward(torch.tensor([[5]]), torch.tensor([[10]]), cache, 10, ones(1, 11), [0])
 
 
 def test_prefill_from_a_cached_prefix_equals_prefill_from_scratch() -> None:
@@ -116,6 +129,34 @@ def test_prefill_from_a_cached_prefix_equals_prefill_from_scratch() -> None:
         assert cache.hits == 1 and cache.reused_tokens == cut - cut % 32
         for a, b in zip(warm.tensors(), cold.tensors(), strict=True):
             assert torch.equal(a, b), f"cut at {cut}"
+
+
+@pytest.mark.parametrize("make", [copy_model, attention_model], ids=["copy-head", "heads-of-32"])
+def test_prompts_prefilled_in_one_pass_equal_each_prefilled_alone(make: object) -> None:
+    """`_prefill_many` runs every prompt's new tokens through the matmuls at once, each
+    starting from what a cached prompt or an earlier prompt of the same call already holds
+    (copied layer by layer as the pass computes it, chains included): every prompt's keys,
+    values and copy-head slots equal its prefill alone from slot 0, bit for bit."""
+    lean = LeanLlama(bf16(make()))  # type: ignore[operator]
+    base = ids(300, seed=6)
+    cached = base[:150] + ids(40, seed=7)  # shares 4 whole blocks with `base`
+    batch = [
+        base,  # the cached prompt holds 4 blocks
+        base[:200] + ids(90, seed=8),  # an earlier prompt of the call holds 6 blocks
+        base[:200] + ids(90, seed=8)[:50] + ids(30, seed=9),  # ... and then 7: a chain
+        base[:64],  # wholly held by `base`: nothing of its own to compute
+        ids(33, seed=10),  # shares nothing
+        cached[:170] + ids(20, seed=11),  # the cached prompt holds more than the call
+    ]
+    alone = [_prefill_prefix(lean, p, PrefixCache(0)) for p in batch]
+    cache = PrefixCache(4)
+    _prefill_prefix(lean, cached, cache)
+    hits = cache.hits
+    got = _prefill_many(lean, batch, cache)
+    assert cache.hits - hits == 5  # rows 0 and 5 from the cached prompt, 1, 2, 3 from the call
+    for i, (a, b) in enumerate(zip(got, alone, strict=True)):
+        for x, y in zip(a.tensors(), b.tensors(), strict=True):
+            assert torch.equal(x, y), f"prompt {i}"
 
 
 def test_continuous_rows_equal_their_solo_decode_in_bfloat16() -> None:

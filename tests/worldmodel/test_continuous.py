@@ -127,18 +127,18 @@ def test_a_prompt_is_prefilled_beside_the_rows_already_decoding() -> None:
     engine = TransformersEngine(tiny_model(), tok)
     lean = engine.lean
     assert lean is not None
-    real = lean.forward
+    real = lean.prefill
     stuck, release, decoding = threading.Event(), threading.Event(), threading.Event()
     where: list[str] = []
 
-    def forward(ids: Any, *args: Any, **kw: Any) -> Any:
-        if ids.shape[0] == 1 and ids[0].tolist() == second_ids[:-1]:  # second's prefill
+    def prefill(parts: Any) -> Any:
+        if [p.ids for p in parts] == [second_ids[:-1]]:  # second's prefill
             where.append(threading.current_thread().name)
             stuck.set()
             assert release.wait(30)
-        return real(ids, *args, **kw)
+        return real(parts)
 
-    lean.forward = forward  # type: ignore[method-assign]
+    lean.prefill = prefill  # type: ignore[method-assign]
     cfg = GenerationConfig(max_new_tokens=30)
     engine.start_continuous(max_rows=4, on_step=lambda n: decoding.set())
     decoder = engine.continuous
@@ -154,7 +154,7 @@ def test_a_prompt_is_prefilled_beside_the_rows_already_decoding() -> None:
         got = two.result(timeout=30)
     finally:
         release.set()
-        lean.forward = real  # type: ignore[method-assign]
+        lean.prefill = real  # type: ignore[method-assign]
         engine.stop_continuous()
     alone = TransformersEngine(tiny_model(), tok, batch_size=1)
     assert got == alone.generate_tokens([second_ids], cfg)

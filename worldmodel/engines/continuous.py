@@ -12,15 +12,17 @@ batch. Each iteration it admits prefilled rows (while fewer than `max_rows` are 
 runs one decode step for every live row, and retires the rows that ended; a request's
 future resolves when its last row has ended.
 
-Prefill. Each queued row's prompt is prefilled on its own, batch 1, through the prefix
-cache, so a row reuses the longest cached start of its own prompt (its session's previous
-step, or the same context when it is a retry). With `overlap_prefill` (the default) a
-second thread does this while the loop thread decodes, up to `prefill_rows` rows ahead:
+Prefill. Queued rows' prompts are prefilled through the prefix cache, so a row reuses
+the longest cached start of its own prompt (its session's previous step, or the same
+context when it is a retry); the rows taken at once share one pass (`_prefill_many`).
+With `overlap_prefill` (the default) a second thread does this while the loop thread
+decodes, taking every queued row up to `prefill_rows` rows ahead:
 prefill is a few large matmuls and decoding many small calls, so on a CPU the two take
 two cores instead of taking turns on one (on 2 cores, serving 32 BFCL sessions: see the
 README's serving figures). Without it the loop prefills up to `prefill_rows` queued rows
-itself before each step. Either way a row computes the same bits: a prompt is prefilled
-alone, and its first token comes from its own row's logits, whichever rows are near it.
+itself before each step. Either way a row computes the same bits: a prompt's prefill
+equals its prefill alone, and its first token comes from its own row's logits, whichever
+rows are near it.
 
 Cache layout. One set of key/value tensors (`max_rows` rows, `capacity` slots) holds every
 live row; a decode step writes all rows' newest token at the same slot `w`. A row admitted
@@ -28,12 +30,15 @@ at `w` gets its prompt's keys right-aligned to end at slot `w - 1`; the slots be
 are masked (`key_valid`) and rotary positions count the row's own tokens only, so a row
 sees exactly what it would alone: the same greedy tokens as `lean_generate`, and a sampled
 row the same draws (each row has its own generator seeded with its seed). Each row's
-attention reads its own slots only, from its first slot to `w` (one attention call a row:
-a single masked call over the batch's whole span would let the other rows' lengths change
-how the kernel blocks the sum, which bfloat16 rounding makes visible in the tokens; ~4% of
-a decode step). Live rows occupy rows [0, n); a retired row's place is taken by the last
-live row. When `w` would run past the capacity, the live span is copied to the front of
-fresh tensors (grown when the rows need more room).
+attention reads a window of its own span rounded up to 64 slots, ending at `w` (the masked
+slots before its first included), so the layout keeps MARGIN free slots before every row;
+rows of one window width share one attention call (lean.py, `_attend_decode`). A single
+masked call over the batch's whole span would let the other rows' lengths change how the
+kernel blocks the sum, which bfloat16 rounding makes visible in the tokens.
+
+Live rows occupy rows [0, n); a retired row's place is taken by the last live row. When
+`w` would run past the capacity, the live span is copied to the front of fresh tensors
+(grown when the rows need more room).
 
 Each row keeps its own GenerationConfig (greedy or sampled, temperature, top-p,
 `max_new_tokens`, stop strings), so greedy first answers and sampled retries share steps.
@@ -59,9 +64,11 @@ from torch import Tensor
 
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.decode import PrefixCache, _prefill_rows, _sample
-from simworld.worldmodel.engines.lean import KVCache, LeanLlama
+from simworld.worldmodel.engines.lean import DECODE_BLOCK, KVCache, LeanLlama
 
 log = logging.getLogger(__name__)
+
+MARGIN = DECODE_BLOCK - 1  # free slots the layout keeps before every row: its decode window
 
 
 @dataclass
@@ -247,37 +254,39 @@ class ContinuousDecoder:
             self._step()
 
     def _prefill_loop(self) -> None:
-        """The prefill thread (overlap_prefill): queued rows in order, each prefilled alone,
-        at most `prefill_rows` ahead of the loop."""
+        """The prefill thread (overlap_prefill): queued rows in order, the ones queued at
+        once prefilled together in one pass (`_prefill`), at most `prefill_rows` ahead of
+        the loop."""
         while True:
             with self._cond:
                 while not self._queue or len(self._ready) + self._prefilling >= self.prefill_rows:
                     if self._closed and not self._queue:
                         return
                     self._cond.wait()
-                row = self._queue.popleft()
-                self._prefilling += 1
+                room = self.prefill_rows - len(self._ready) - self._prefilling
+                rows = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+                self._prefilling += len(rows)
             try:
                 with self._lock:
-                    self._prefill([row])
+                    self._prefill(rows)
             except BaseException as exc:
-                _fail([row], exc)
+                _fail(rows, exc)
             with self._cond:
-                self._prefilling -= 1
-                if row.prefill is not None:
-                    self._ready.append(row)
+                self._prefilling -= len(rows)
+                self._ready.extend(row for row in rows if row.prefill is not None)
                 self._cond.notify_all()
 
     def _prefill(self, rows: list[_Row]) -> None:
-        """Prefill `rows` (`_prefill_rows`: each prompt on its own through the prefix cache,
-        its last token run as a decode step) and keep each row's keys and logits on it."""
+        """Prefill `rows` (`_prefill_rows`: the prompts in one pass through the prefix
+        cache, their last tokens run as a decode step) and keep each row's keys and logits
+        on it."""
         if not rows:
             return
-        tmp, _, next_pos, logits, firsts = _prefill_rows(
+        tmp, _, next_pos, logits, firsts, order = _prefill_rows(
             self.lean, [row.prompt for row in rows], self.prefix_cache, 0
         )
-        for i, row in enumerate(rows):
-            row.prefill = _Prefill(tmp, i, firsts[i], int(next_pos[i]), logits[i])
+        for b, i in enumerate(order):
+            rows[i].prefill = _Prefill(tmp, b, firsts[b], int(next_pos[b]), logits[b])
 
     def _admit(self, rows: list[_Row]) -> None:
         """Take each prefilled row's first token and place the rows that go on into the
@@ -313,11 +322,11 @@ class ContinuousDecoder:
         row can write `need` more slots; otherwise copy the live span to fresh tensors."""
         live, w = self._live, self._w
         cache = self._cache
-        if cache is not None and w >= span and w + need <= cache.capacity:
+        if cache is not None and w >= span + MARGIN and w + need <= cache.capacity:
             return
         lo = min((r.first for r in live), default=w)
         used = w - lo
-        base = max(span - used, 0)  # where the live span starts in the new layout
+        base = max(span - used, 0) + MARGIN  # where the live span starts in the new layout
         new_w = base + used
         capacity = new_w + need + max(span, need)  # slack: fewer relayouts
         if cache is not None and cache.capacity > capacity:
@@ -340,14 +349,14 @@ class ContinuousDecoder:
         """One decode step for every live row, then retire the rows that ended."""
         assert self._cache is not None
         live, n, w = self._live, len(self._live), self._w
-        lo = min(r.first for r in live)
+        lo = min(r.first for r in live) - MARGIN  # room for each row's decode window
         window = _window(self._cache, n, lo)
         valid = self._valid[:n, lo:]  # (n, capacity - lo), a view: writes go through
         valid[:, w - lo] = True
         dev = self.lean.device
         ids = torch.tensor([[r.last] for r in live], device=dev)  # (n, 1)
         pos = torch.tensor([[r.pos] for r in live], device=dev)  # (n, 1)
-        firsts = [r.first - lo for r in live]  # each row attends to its own span only
+        firsts = [r.first - lo for r in live]  # each row's window depends on its span only
         hidden = self.lean.forward(ids, pos, window, w - lo, valid, firsts)  # (n, D)
         logits = self.lean.logits(hidden, window, valid, w - lo + 1)  # (n, V)
         self._w = w + 1

@@ -1,24 +1,26 @@
 """The own decode loop: a batch of token lists in, generated token lists out, on `LeanLlama`.
 
-    1. Each row's prompt but its last token is prefilled on its own, with batch 1, from
-       the longest cached start of that prompt: a `PrefixCache` keeps prompts' keys and
-       values across rows and calls, so rows that share a start (the schemas and state of
-       one scenario, the next step of a session; callers sort their rows so that such
-       rows sit together) prefill only what differs (from the last whole 32-token block
-       they share: see PrefixCache).
-    2. The rows' keys and values are right-aligned in one batch cache, every prompt ending
-       at the same slot (the slots before a shorter row's first are never read), and the
-       prompts' last tokens run together as the first decode step.
-    3. Decode steps of one token per row, each row attending to its own slots only; a row
+    1. Every row's prompt but its last token is prefilled in one pass (`_prefill_many`,
+       `LeanLlama.prefill`: the matmuls over all rows' new tokens at once, attention per
+       prompt), each from the longest start it shares with a prompt in the `PrefixCache`
+       (kept across calls) or with an earlier row of the call, cut to whole 32-token
+       blocks (see PrefixCache): rows that share a start (the schemas and state of one
+       scenario, the next step of a session) compute only what differs.
+    2. The rows' keys and values are right-aligned in one batch cache, longest first,
+       every prompt ending at the same slot (the slots before a row's first are masked),
+       and the prompts' last tokens run together as the first decode step.
+    3. Decode steps of one token per row, each row attending to a window of its own span
+       rounded up to 64 slots (rows of one width in one attention call); a row
        stops at an end token, a stop string or `max_new_tokens`; the loop ends when every
        row has. When half the rows have finished, they are dropped from the batch (cache
        rows included).
 
 So a row computes exactly what it computes alone, bit for bit, whatever else is in its
 batch (the continuous decoder, continuous.py, places and decodes rows the same way):
-rotary positions count a row's own tokens, attention reads its own slots, and the matmuls
-compute a row the same for any number of rows (tests/worldmodel/test_bfloat16.py).
-Sampling draws row `b` from its own generator seeded `seeds[b]`: top-p over the
+rotary positions count a row's own tokens, attention reads a window that depends on its
+own span only (its own slots and masked ones before them), and the matmuls compute a row
+the same for any number of rows (tests/worldmodel/test_bfloat16.py). Sampling draws the
+row of `rows[i]` from its own generator seeded `seeds[i]`: top-p over the
 temperature-scaled softmax, by inverse CDF.
 """
 
@@ -31,7 +33,13 @@ import torch
 from torch import Tensor
 
 from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.engines.lean import PREFILL_BLOCK, KVCache, LeanLlama
+from simworld.worldmodel.engines.lean import (
+    DECODE_BLOCK,
+    PREFILL_BLOCK,
+    KVCache,
+    LeanLlama,
+    PrefillPart,
+)
 
 
 class PrefixCache:
@@ -48,14 +56,16 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], KVCache] = OrderedDict()
         self.hits = self.reused_tokens = 0
 
-    def longest_match(self, tokens: Sequence[int]) -> tuple[int, KVCache | None]:
+    def longest_match(self, tokens: Sequence[int], beyond: int = 0) -> tuple[int, KVCache | None]:
+        """The longest cached start of `tokens` (cut to whole blocks) and its cache; (0,
+        None), counting nothing, when none is longer than `beyond` tokens."""
         best, best_key = 0, None
         for key in self._entries:
             n = _common_length([key, tokens])
             if n > best:
                 best, best_key = n, key
         best -= best % PREFILL_BLOCK
-        if best_key is None or best == 0:
+        if best_key is None or best <= beyond:
             return 0, None
         self._entries.move_to_end(best_key)
         self.hits += 1
@@ -86,48 +96,76 @@ def _common_length(rows: Sequence[Sequence[int]]) -> int:
 
 def _prefill_prefix(lean: LeanLlama, prefix: list[int], cache: PrefixCache) -> KVCache:
     """Keys and values (batch 1) for `prefix`, reusing the longest cached match."""
-    P = len(prefix)
-    out = lean.new_cache(1, P)
-    known, hit = cache.longest_match(prefix)
-    if hit is not None:
-        for dst, src in zip(out.tensors(), hit.tensors(), strict=True):
-            dst[:, :, :known] = src[:, :, :known]
-    if known < P:
-        dev = lean.device
-        ids = torch.tensor([prefix[known:]], device=dev)  # (1, P - known)
-        pos = torch.arange(known, P, device=dev)[None]  # (1, P - known)
-        valid = torch.ones(1, P, dtype=torch.bool, device=dev)  # (1, P)
-        lean.forward(ids, pos, out, known, valid)
-    cache.put(prefix, out)
-    return out
+    return _prefill_many(lean, [prefix], cache)[0]
+
+
+def _prefill_many(lean: LeanLlama, prefixes: list[list[int]], cache: PrefixCache) -> list[KVCache]:
+    """Keys and values (batch 1 each) for every prefix, in one `LeanLlama.prefill` pass. A
+    prefix starts from the longest whole-block start it shares with a cached prompt or
+    with an earlier prefix of this call (whose keys are then copied layer by layer as the
+    pass computes them); the rest is computed. Every prefix is then cached."""
+    outs: list[KVCache] = []
+    parts: list[PrefillPart] = []
+    for j, prefix in enumerate(prefixes):
+        out = lean.new_cache(1, len(prefix))
+        known, donor = 0, None
+        for i in range(j):  # an earlier prefix of this call
+            n = _common_length([prefixes[i], prefix])
+            n -= n % PREFILL_BLOCK
+            if n > known:
+                known, donor = n, outs[i]
+        cached, hit = cache.longest_match(prefix, beyond=known)
+        if hit is not None:
+            known, donor = cached, None
+            for dst, src in zip(out.tensors(), hit.tensors(), strict=True):
+                dst[:, :, :known] = src[:, :, :known]
+        elif donor is not None:
+            cache.hits += 1
+            cache.reused_tokens += known
+        parts.append(PrefillPart(out, known, prefix[known:], donor))
+        outs.append(out)
+    lean.prefill(parts)
+    for prefix, out in zip(prefixes, outs, strict=True):
+        cache.put(prefix, out)
+    return outs
 
 
 def _prefill_rows(
     lean: LeanLlama, rows: list[list[int]], cache: PrefixCache, capacity_extra: int
-) -> tuple[KVCache, Tensor, Tensor, Tensor, list[int]]:
+) -> tuple[KVCache, Tensor, Tensor, Tensor, list[int], list[int]]:
     """Steps 1-2. All but the last token of each prompt go through `_prefill_prefix`, with
-    batch 1 (the longest cached start reused, the prompt left in the cache); the last
-    tokens then run as one decode step of the whole batch, each row attending to its own
-    slots, as a row alone does. Returns the batch cache (the longest prompt +
-    `capacity_extra` slots), `key_valid` (B, capacity), the next rotary position per row
-    (B,), the logits after each prompt (B, V) and each row's first slot."""
+    batch 1 (the longest cached start reused, the prompt left in the cache), in the order
+    given; the batch cache holds the rows longest first (`order[i]` is the index in `rows`
+    of batch row i), so rows of one decode window width sit together (`_attend_decode`).
+    The last tokens then run as one decode step of the whole batch, each row attending to
+    its own slots, as a row alone does. Returns the batch cache (DECODE_BLOCK - 1 free
+    slots, the longest prompt, then `capacity_extra` slots), `key_valid` (B, capacity),
+    the next rotary position per batch row (B,), the logits after each prompt (B, V), each
+    batch row's first slot, and `order`."""
     B, dev = len(rows), lean.device
-    end = max(len(r) for r in rows)  # every prompt ends at slot end - 1
+    order = sorted(range(B), key=lambda i: -len(rows[i]))  # stable: ties keep their order
+    place = {r: b for b, r in enumerate(order)}
+    end = DECODE_BLOCK - 1 + max(len(r) for r in rows)  # every prompt ends at slot end - 1
     batch = lean.new_cache(B, end + capacity_extra)
-    if batch.copy_k is not None:  # the copy head's pointer scores read masked slots too
+    firsts = [end - len(rows[r]) for r in order]
+    for t in batch.tensors():  # the decode windows read masked slots: they must be finite
+        t[:, :, : max(firsts)].zero_()
+    if batch.copy_k is not None:  # the copy head's pointer scores read every slot
         batch.copy_k.zero_()
     key_valid = torch.zeros(B, batch.capacity, dtype=torch.bool, device=dev)
-    firsts = [end - len(r) for r in rows]
-    for b, (row, first) in enumerate(zip(rows, firsts, strict=True)):
+    for b, first in enumerate(firsts):
         key_valid[b, first:end] = True
-        if len(row) > 1:
-            prefix = _prefill_prefix(lean, row[:-1], cache)
-            for dst, src in zip(batch.tensors(), prefix.tensors(), strict=True):
-                dst[b, :, first : end - 1] = src[0]
-    last = torch.tensor([[r[-1]] for r in rows], device=dev)  # (B, 1)
-    lengths = torch.tensor([len(r) for r in rows], device=dev)  # (B,)
+    with_prefix = [r for r, row in enumerate(rows) if len(row) > 1]
+    prefixes = _prefill_many(lean, [rows[r][:-1] for r in with_prefix], cache)
+    for r, prefix in zip(with_prefix, prefixes, strict=True):
+        b = place[r]
+        for dst, src in zip(batch.tensors(), prefix.tensors(), strict=True):
+            dst[b, :, firsts[b] : end - 1] = src[0]
+    last = torch.tensor([[rows[r][-1]] for r in order], device=dev)  # (B, 1)
+    lengths = torch.tensor([len(rows[r]) for r in order], device=dev)  # (B,)
     hidden = lean.forward(last, (lengths - 1)[:, None], batch, end - 1, key_valid, firsts)
-    return batch, key_valid, lengths, lean.logits(hidden, batch, key_valid, end), firsts
+    logits = lean.logits(hidden, batch, key_valid, end)
+    return batch, key_valid, lengths, logits, firsts, order
 
 
 def _sample(logits: Tensor, cfg: GenerationConfig, gens: list[torch.Generator]) -> Tensor:
@@ -161,15 +199,15 @@ def lean_generate(
     if any(not r for r in rows):
         raise ValueError("every prompt must have at least one token")
     B, dev = len(rows), lean.device
-    batch, key_valid, next_pos, logits, firsts = _prefill_rows(
+    batch, key_valid, next_pos, logits, firsts, live = _prefill_rows(
         lean, rows, cache, cfg.max_new_tokens
     )
     slot = batch.capacity - cfg.max_new_tokens
     gen_device = "cpu" if dev.type == "mps" else dev
-    gens = [torch.Generator(device=gen_device).manual_seed(int(s)) for s in seeds]
+    gens = [torch.Generator(device=gen_device).manual_seed(int(seeds[r])) for r in live]
     eos = torch.tensor(sorted(eos_ids), device=dev)  # (n_eos,)
     out: list[list[int]] = [[] for _ in range(B)]
-    live = list(range(B))  # batch row -> index in `rows`; finished rows are dropped
+    # live[b]: the index in `rows` of batch row b; finished rows are dropped
     done = [False] * B  # per batch row
     for step in range(cfg.max_new_tokens):
         token = _sample(logits, cfg, gens)  # (b,)

@@ -21,8 +21,8 @@ head's mixture are still computed in float32). "auto" picks bfloat16 where it ru
 (`native_bfloat16`), float32 elsewhere; None keeps the checkpoint's dtype. A prompt gets
 the same tokens alone, in a batch of one call (`generate` with several prompts, eval,
 `--batching gather`) or in a continuous batch, whatever shares its batch and whatever the
-prefix cache held, in either dtype: each prompt is prefilled on its own, prefill attention
-runs in blocks aligned to the cache's cut, each decode row attends to its own slots only
+prefix cache held, in either dtype: prefill attention runs per prompt in blocks aligned
+to the cache's cut, each decode row attends to a window that depends on its own span only
 (decode.py, lean.py), and the matmuls on these CPUs compute each row the same for any
 number of rows (checked by the tests).
 

@@ -18,8 +18,9 @@ runs it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ from simworld.worldmodel.copy_head import is_copy_model, mixture_logprobs
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 PREFILL_BLOCK = 32  # prefill attention runs in query blocks aligned to this many slots
+DECODE_BLOCK = 64  # a decode row attends to its span rounded up to this many slots
 
 
 @dataclass
@@ -60,6 +62,36 @@ class KVCache:
         n = len(self.k)
         copy_k, ids = (pick[2 * n], pick[2 * n + 1]) if self.copy_k is not None else (None, None)
         return KVCache(k=pick[:n], v=pick[n : 2 * n], copy_k=copy_k, ids=ids)
+
+
+@dataclass
+class PrefillPart:
+    """One prompt of `LeanLlama.prefill`: `ids` go to slots [start, end) of `cache` (batch
+    1); with a `donor` (an earlier part's cache), its slots [0, start) are copied in."""
+
+    cache: KVCache
+    start: int
+    ids: list[int]
+    donor: KVCache | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.ids)
+
+
+def _copy_donor(part: PrefillPart, layers: Iterable[int], with_copy_head: bool) -> None:
+    """Copy slots [0, part.start) of the given layers (and the copy head's keys and tokens)
+    from the part's donor, if it has one."""
+    src, dst, n = part.donor, part.cache, part.start
+    if src is None or n == 0:
+        return
+    for i in layers:
+        dst.k[i][:, :, :n] = src.k[i][:, :, :n]
+        dst.v[i][:, :, :n] = src.v[i][:, :, :n]
+    if with_copy_head and dst.copy_k is not None:
+        assert src.copy_k is not None and src.ids is not None and dst.ids is not None
+        dst.copy_k[:, :, :n] = src.copy_k[:, :, :n]
+        dst.ids[:, :, :n] = src.ids[:, :, :n]
 
 
 @dataclass
@@ -170,12 +202,17 @@ class LeanLlama:
         values to cache slots [start, start + T). `key_valid` (B, >= start + T) marks the
         slots a row may attend to (its padding is False); `firsts` (one decode token a row,
         T == 1), when given, is each row's first valid slot, its valid slots then running
-        to the end. Returns the last position's hidden state after the final norm, (B, D);
+        to the end, with `decode_margin(span)` slots of finite numbers before it (see
+        `_attend_decode`). Returns the last position's hidden state after the final norm, (B, D);
         with a copy head every position's pointer key and token go to the cache too."""
         B, T = ids.shape
         end = start + T
         H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
-        mask = _attention_mask(key_valid[:, :end], start, T)  # (B, 1, T, end)
+        if firsts is None:
+            mask = _attention_mask(key_valid[:, :end], start, T)  # (B, 1, T, end)
+        else:  # decode: an additive mask, built once for every layer's calls
+            mask = torch.zeros(B, 1, 1, end, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(~key_valid[:, None, None, :end], float("-inf"))  # (B, 1, 1, end)
         cos, sin = self._rope(pos)
         x = F.embedding(ids, self.embed)  # (B, T, D)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
@@ -199,6 +236,67 @@ class LeanLlama:
         cache.copy_k[:, 0, start:end] = F.linear(h, self.copy.key)  # (B, T, dc)
         cache.ids[:, 0, start:end, 0] = ids
         return h[:, -1]  # (B, D)
+
+    @torch.inference_mode()
+    def prefill(self, parts: Sequence[PrefillPart]) -> None:
+        """Prefill several prompts in one pass: part p's tokens go to slots [p.start,
+        p.start + len(p.ids)) of its batch-1 cache at rotary positions equal to their slots,
+        the slots before p.start holding the prompt's earlier keys (or copied from
+        `p.donor`, an earlier part's cache, layer by layer as they are computed). The
+        matmuls, norms and rotary run over every part's tokens at once; attention runs per
+        part, as `forward` runs one prompt alone (query blocks aligned to PREFILL_BLOCK), so
+        each part gets the bits it gets prefilled alone."""
+        spans = list(pairwise(accumulate((len(p.ids) for p in parts), initial=0)))
+        n = spans[-1][1] if spans else 0
+        if n == 0:
+            for p in parts:
+                _copy_donor(p, range(len(self.layers)), with_copy_head=True)
+            return
+        H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        dev = self.device
+        ids = torch.tensor([[t for p in parts for t in p.ids]], device=dev)  # (1, N)
+        pos = torch.cat([torch.arange(p.start, p.start + len(p.ids), device=dev) for p in parts])[
+            None
+        ]  # (1, N)
+        masks = [
+            _attention_mask(torch.ones(1, p.end, dtype=torch.bool, device=dev), p.start, len(p.ids))
+            for p in parts
+        ]  # (1, 1, T_p, end_p) each
+        cos, sin = self._rope(pos)
+        x = F.embedding(ids, self.embed)  # (1, N, D)
+        for layer_no, layer in enumerate(self.layers):
+            h = F.rms_norm(x, (self.hidden,), layer.in_norm, self.eps)
+            qkv = F.linear(h, layer.wqkv)  # (1, N, (H + 2 * Hkv) * hd)
+            q, k, v = torch.split(qkv, [H * hd, Hkv * hd, Hkv * hd], dim=-1)
+            q = q.view(1, n, H, hd).transpose(1, 2)  # (1, H, N, hd)
+            k = k.view(1, n, Hkv, hd).transpose(1, 2)  # (1, Hkv, N, hd)
+            k = k * cos + _rotate_half(k) * sin
+            v = v.view(1, n, Hkv, hd).transpose(1, 2)  # (1, Hkv, N, hd)
+            q = q * cos + _rotate_half(q) * sin
+            outs = []
+            for p, (a, b), mask in zip(parts, spans, masks, strict=True):
+                p.cache.k[layer_no][:, :, p.start : p.end] = k[:, :, a:b]
+                p.cache.v[layer_no][:, :, p.start : p.end] = v[:, :, a:b]
+                _copy_donor(p, (layer_no,), with_copy_head=False)
+                if b > a:
+                    k_cache, v_cache = p.cache.k[layer_no], p.cache.v[layer_no]
+                    outs.append(
+                        _attend(q[:, :, a:b], k_cache, v_cache, mask, p.start, None, Hkv != H)
+                    )
+            a_all = torch.cat(outs, dim=2)  # (1, H, N, hd)
+            x = x + F.linear(a_all.transpose(1, 2).reshape(1, n, H * hd), layer.wo)  # (1, N, D)
+            h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
+            gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (1, N, I) each
+            x = x + F.linear(F.silu(gate) * up, layer.wdown)  # (1, N, D)
+        if self.copy is None:
+            return
+        h = F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)  # (1, N, D)
+        copy_k = F.linear(h, self.copy.key)  # (1, N, dc)
+        for p, (a, b) in zip(parts, spans, strict=True):
+            assert p.cache.copy_k is not None and p.cache.ids is not None
+            p.cache.copy_k[:, 0, p.start : p.end] = copy_k[:, a:b]
+            p.cache.ids[:, 0, p.start : p.end, 0] = ids[:, a:b]
+            _copy_donor(p, (), with_copy_head=True)
 
     def logits(self, hidden: Tensor, cache: KVCache, key_valid: Tensor, end: int) -> Tensor:
         """Next-token logits (B, V) from the last hidden states (B, D); with a copy head the
@@ -231,6 +329,12 @@ def _extract_layer(block: Any) -> _Layer:
     )
 
 
+def decode_margin(span: int) -> int:
+    """Slots a decode row of `span` slots needs free before its first: its attention window
+    is the span rounded up to DECODE_BLOCK slots (see `_attend`)."""
+    return -span % DECODE_BLOCK
+
+
 def _attend(
     q: Tensor,
     k_cache: Tensor,
@@ -243,8 +347,8 @@ def _attend(
     """Attention of queries q (B, H, T, hd) at slots [start, start + T) over the cache, so
     that a row's result never depends on the rest of its batch or on where its prompt's
     cached prefix ended (bfloat16 rounds the attention kernels' blocking into the output):
-    - `firsts` (decode, T == 1): each row attends alone to its own slots [first, end), as
-      it would decoded alone, however long the other rows' spans are;
+    - `firsts` (decode, T == 1): `_attend_decode`, each row over a window that depends on
+      its own span only;
     - one row of several tokens (prefill): queries in blocks aligned to PREFILL_BLOCK
       slots, each over the keys up to its end, so a prompt prefilled from slot 0 and one
       continued from a cached prefix (cut at a block boundary) compute the same blocks;
@@ -253,14 +357,7 @@ def _attend(
     B, _, T, _ = q.shape
     end = start + T
     if firsts is not None:
-        rows = [
-            F.scaled_dot_product_attention(
-                q[b : b + 1], k_cache[b : b + 1, :, f:end], v_cache[b : b + 1, :, f:end],
-                enable_gqa=gqa,
-            )
-            for b, f in enumerate(firsts)
-        ]  # fmt: skip
-        return torch.cat(rows)
+        return _attend_decode(q, k_cache, v_cache, mask, end, firsts)
     if B == 1 and T > 1:
         cuts = [0, *range(PREFILL_BLOCK - start % PREFILL_BLOCK, T, PREFILL_BLOCK), T]
         blocks = [
@@ -275,6 +372,54 @@ def _attend(
     return F.scaled_dot_product_attention(
         q, k_cache[:, :, :end], v_cache[:, :, :end], attn_mask=mask, enable_gqa=gqa
     )
+
+
+def _attend_decode(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, mask: Tensor, end: int, firsts: list[int]
+) -> Tensor:
+    """One decode query per row, q (B, H, 1, hd), over slots before `end`. Row b attends
+    to the window [end - W, end), W its span end - firsts[b] rounded up to DECODE_BLOCK,
+    under its row of the additive `mask` (B, 1, 1, end): -inf on the slots before its
+    first (they must hold finite numbers: 0 × NaN is NaN), 0 on its own. Adjacent rows of
+    one window width run as one attention call (`lean_generate` holds its rows longest
+    first, so its widths sit together; the continuous batch's rows are in arrival order),
+    the query heads that share a key/value head folded into that head's query positions.
+    The kernel computes each (row, key/value head) on its own over a window whose width
+    depends on the row only, so a row gets the same bits in any batch, alone included;
+    one call over the batch's widest span would not (bfloat16 shows it)."""
+    B, H, _, hd = q.shape
+    Hkv = k_cache.shape[1]
+    qg = q.reshape(B, Hkv, H // Hkv, hd)  # (B, Hkv, H / Hkv, hd)
+    groups: dict[int, list[int]] = {}
+    for b, first in enumerate(firsts):
+        span = end - first
+        width = span + decode_margin(span)
+        if width > end:
+            raise ValueError(
+                f"decode row {b} spans {span} slots from slot {first}: it needs "
+                f"{decode_margin(span)} free slots before its first (DECODE_BLOCK windows)"
+            )
+        groups.setdefault(width, []).append(b)
+    out = torch.empty_like(qg)  # (B, Hkv, H / Hkv, hd)
+    for width, rows in groups.items():
+        lo = end - width
+        for a, b in _runs(rows):
+            out[a:b] = F.scaled_dot_product_attention(
+                qg[a:b], k_cache[a:b, :, lo:end], v_cache[a:b, :, lo:end],
+                attn_mask=mask[a:b, :, :, lo:end],
+            )  # fmt: skip
+    return out.view(B, H, 1, hd)
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    """Ascending row numbers as [a, b) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for r in rows:
+        if runs and runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], r + 1)
+        else:
+            runs.append((r, r + 1))
+    return runs
 
 
 def _rotate_half(x: Tensor) -> Tensor:
