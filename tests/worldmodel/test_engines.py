@@ -168,3 +168,14 @@ def test_rows_ending_early_leave_the_others_unchanged() -> None:
     got = TransformersEngine(model, tok, decode="own", batch_size=8).generate_tokens(rows, GREEDY)
     want = [next((r[:i] for i, t in enumerate(r) if t in ends), r) for r in free]
     assert got == want
+
+
+def test_common_length_of_two_token_lists() -> None:
+    from simworld.worldmodel.engines.decode import _common_length
+
+    assert _common_length([1, 2, 3, 4], [1, 2, 3, 4]) == 4
+    assert _common_length([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert _common_length([1, 2], [1, 2, 3]) == 2
+    assert _common_length([], [1]) == 0
+    assert _common_length([5, 2], [1, 2]) == 0
+    assert _common_length((1, 2, 3), [1, 2, 7]) == 2  # a cached key (tuple) and a prompt

@@ -60,8 +60,9 @@ class PrefixCache:
         """The longest cached start of `tokens` (cut to whole blocks) and its cache; (0,
         None), counting nothing, when none is longer than `beyond` tokens."""
         best, best_key = 0, None
+        query = tuple(tokens)
         for key in self._entries:
-            n = _common_length([key, tokens])
+            n = _common_length(key, query)
             if n > best:
                 best, best_key = n, key
         best -= best % PREFILL_BLOCK
@@ -85,13 +86,19 @@ class PrefixCache:
             self._entries.popitem(last=False)
 
 
-def _common_length(rows: Sequence[Sequence[int]]) -> int:
-    n = min(len(r) for r in rows)
-    first = rows[0]
-    for i in range(n):
-        if any(r[i] != first[i] for r in rows):
-            return i
-    return n
+def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share: a binary search over slice comparisons,
+    which run in C (a token-by-token loop cost ~0.5 ms an observation at batch 32)."""
+    if type(a) is not type(b):
+        a, b = tuple(a), tuple(b)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _prefill_prefix(lean: LeanLlama, prefix: list[int], cache: PrefixCache) -> KVCache:
@@ -110,7 +117,7 @@ def _prefill_many(lean: LeanLlama, prefixes: list[list[int]], cache: PrefixCache
         out = lean.new_cache(1, len(prefix))
         known, donor = 0, None
         for i in range(j):  # an earlier prefix of this call
-            n = _common_length([prefixes[i], prefix])
+            n = _common_length(prefixes[i], prefix)
             n -= n % PREFILL_BLOCK
             if n > known:
                 known, donor = n, outs[i]

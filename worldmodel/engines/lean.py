@@ -331,7 +331,7 @@ def _extract_layer(block: Any) -> _Layer:
 
 def decode_margin(span: int) -> int:
     """Slots a decode row of `span` slots needs free before its first: its attention window
-    is the span rounded up to DECODE_BLOCK slots (see `_attend`)."""
+    is the span rounded up to DECODE_BLOCK slots (see `_attend_decode`)."""
     return -span % DECODE_BLOCK
 
 
