@@ -140,12 +140,12 @@ def _prefill_many(lean: LeanLlama, prefixes: list[list[int]], cache: PrefixCache
 def _prefill_rows(
     lean: LeanLlama, rows: list[list[int]], cache: PrefixCache, capacity_extra: int
 ) -> tuple[KVCache, Tensor, Tensor, Tensor, list[int], list[int]]:
-    """Steps 1-2. All but the last token of each prompt go through `_prefill_prefix`, with
-    batch 1 (the longest cached start reused, the prompt left in the cache), in the order
-    given; the batch cache holds the rows longest first (`order[i]` is the index in `rows`
-    of batch row i), so rows of one decode window width sit together (`_attend_decode`).
-    The last tokens then run as one decode step of the whole batch, each row attending to
-    its own slots, as a row alone does. Returns the batch cache (DECODE_BLOCK - 1 free
+    """Steps 1-2. All but the last token of each prompt go through `_prefill_many`, in
+    one pass and in the order given (shared starts reused, the prompts left in the cache);
+    the batch cache holds the rows longest first (`order[i]` is the index in `rows` of
+    batch row i), so rows of one decode window width sit together (`_attend_decode`). The
+    last tokens then run as one decode step of the whole batch, each row attending to the
+    window of its own span, as a row alone does. Returns the batch cache (DECODE_BLOCK - 1 free
     slots, the longest prompt, then `capacity_extra` slots), `key_valid` (B, capacity),
     the next rotary position per batch row (B,), the logits after each prompt (B, V), each
     batch row's first slot, and `order`."""
