@@ -207,7 +207,7 @@ class LeanLlama:
         with a copy head every position's pointer key and token go to the cache too."""
         B, T = ids.shape
         end = start + T
-        H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        gqa = self.n_kv_heads != self.n_heads
         if firsts is None:
             mask = _attention_mask(key_valid[:, :end], start, T)  # (B, 1, T, end)
         else:  # decode: an additive mask, built once for every layer's calls
@@ -216,19 +216,9 @@ class LeanLlama:
         cos, sin = self._rope(pos)
         x = F.embedding(ids, self.embed)  # (B, T, D)
         for layer, k_cache, v_cache in zip(self.layers, cache.k, cache.v, strict=True):
-            h = F.rms_norm(x, (self.hidden,), layer.in_norm, self.eps)
-            qkv = F.linear(h, layer.wqkv)  # (B, T, (H + 2 * Hkv) * hd)
-            q, k, v = torch.split(qkv, [H * hd, Hkv * hd, Hkv * hd], dim=-1)
-            q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
-            k = k.view(B, T, Hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
-            k_cache[:, :, start:end] = k * cos + _rotate_half(k) * sin
-            v_cache[:, :, start:end] = v.view(B, T, Hkv, hd).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            a = _attend(q, k_cache, v_cache, mask, start, firsts, Hkv != H)  # (B, H, T, hd)
-            x = x + F.linear(a.transpose(1, 2).reshape(B, T, H * hd), layer.wo)  # (B, T, D)
-            h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
-            gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (B, T, I) each
-            x = x + F.linear(F.silu(gate) * up, layer.wdown)  # (B, T, D)
+            q, k_cache[:, :, start:end], v_cache[:, :, start:end] = self._qkv(layer, x, cos, sin)
+            a = _attend(q, k_cache, v_cache, mask, start, firsts, gqa)  # (B, H, T, hd)
+            x = self._rest_of_layer(layer, x, a)  # (B, T, D)
         if self.copy is None:
             return F.rms_norm(x[:, -1], (self.hidden,), self.final_norm, self.eps)  # (B, D)
         assert cache.copy_k is not None and cache.ids is not None
@@ -252,7 +242,7 @@ class LeanLlama:
             for p in parts:
                 _copy_donor(p, range(len(self.layers)), with_copy_head=True)
             return
-        H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        gqa = self.n_kv_heads != self.n_heads
         dev = self.device
         ids = torch.tensor([[t for p in parts for t in p.ids]], device=dev)  # (1, N)
         pos = torch.cat([torch.arange(p.start, p.start + len(p.ids), device=dev) for p in parts])[
@@ -265,14 +255,7 @@ class LeanLlama:
         cos, sin = self._rope(pos)
         x = F.embedding(ids, self.embed)  # (1, N, D)
         for layer_no, layer in enumerate(self.layers):
-            h = F.rms_norm(x, (self.hidden,), layer.in_norm, self.eps)
-            qkv = F.linear(h, layer.wqkv)  # (1, N, (H + 2 * Hkv) * hd)
-            q, k, v = torch.split(qkv, [H * hd, Hkv * hd, Hkv * hd], dim=-1)
-            q = q.view(1, n, H, hd).transpose(1, 2)  # (1, H, N, hd)
-            k = k.view(1, n, Hkv, hd).transpose(1, 2)  # (1, Hkv, N, hd)
-            k = k * cos + _rotate_half(k) * sin
-            v = v.view(1, n, Hkv, hd).transpose(1, 2)  # (1, Hkv, N, hd)
-            q = q * cos + _rotate_half(q) * sin
+            q, k, v = self._qkv(layer, x, cos, sin)  # (1, H | Hkv, N, hd)
             outs = []
             for p, (a, b), mask in zip(parts, spans, masks, strict=True):
                 p.cache.k[layer_no][:, :, p.start : p.end] = k[:, :, a:b]
@@ -280,14 +263,8 @@ class LeanLlama:
                 _copy_donor(p, (layer_no,), with_copy_head=False)
                 if b > a:
                     k_cache, v_cache = p.cache.k[layer_no], p.cache.v[layer_no]
-                    outs.append(
-                        _attend(q[:, :, a:b], k_cache, v_cache, mask, p.start, None, Hkv != H)
-                    )
-            a_all = torch.cat(outs, dim=2)  # (1, H, N, hd)
-            x = x + F.linear(a_all.transpose(1, 2).reshape(1, n, H * hd), layer.wo)  # (1, N, D)
-            h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
-            gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (1, N, I) each
-            x = x + F.linear(F.silu(gate) * up, layer.wdown)  # (1, N, D)
+                    outs.append(_attend(q[:, :, a:b], k_cache, v_cache, mask, p.start, None, gqa))
+            x = self._rest_of_layer(layer, x, torch.cat(outs, dim=2))  # (1, N, D)
         if self.copy is None:
             return
         h = F.rms_norm(x, (self.hidden,), self.final_norm, self.eps)  # (1, N, D)
@@ -297,6 +274,30 @@ class LeanLlama:
             p.cache.copy_k[:, 0, p.start : p.end] = copy_k[:, a:b]
             p.cache.ids[:, 0, p.start : p.end, 0] = ids[:, a:b]
             _copy_donor(p, (), with_copy_head=True)
+
+    def _qkv(
+        self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """A layer's queries (B, H, T, hd) and keys (B, Hkv, T, hd), rotated, and values
+        (B, Hkv, T, hd) for inputs x (B, T, D)."""
+        B, T, _ = x.shape
+        H, Hkv, hd = self.n_heads, self.n_kv_heads, self.head_dim
+        h = F.rms_norm(x, (self.hidden,), layer.in_norm, self.eps)
+        qkv = F.linear(h, layer.wqkv)  # (B, T, (H + 2 * Hkv) * hd)
+        q, k, v = torch.split(qkv, [H * hd, Hkv * hd, Hkv * hd], dim=-1)
+        q = q.view(B, T, H, hd).transpose(1, 2)  # (B, H, T, hd)
+        k = k.view(B, T, Hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
+        v = v.view(B, T, Hkv, hd).transpose(1, 2)  # (B, Hkv, T, hd)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def _rest_of_layer(self, layer: _Layer, x: Tensor, a: Tensor) -> Tensor:
+        """The residual stream x (B, T, D) after a layer whose attention gave a (B, H, T,
+        hd): the output projection, then the SiLU-gated MLP."""
+        B, T, _ = x.shape
+        x = x + F.linear(a.transpose(1, 2).reshape(B, T, -1), layer.wo)  # (B, T, D)
+        h = F.rms_norm(x, (self.hidden,), layer.post_norm, self.eps)
+        gate, up = F.linear(h, layer.wgu).chunk(2, dim=-1)  # (B, T, I) each
+        return x + F.linear(F.silu(gate) * up, layer.wdown)  # (B, T, D)
 
     def logits(self, hidden: Tensor, cache: KVCache, key_valid: Tensor, end: int) -> Tensor:
         """Next-token logits (B, V) from the last hidden states (B, D); with a copy head the
