@@ -237,6 +237,51 @@ def test_a_failure_reaches_its_callers_and_the_loop_goes_on() -> None:
         decoder.submit([[1, 2]], GREEDY, [0])
 
 
+def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_together() -> None:
+    """Rows queued together share a prefill pass; when it raises, each is prefilled again
+    on its own, so the row that breaks it fails and the other request still gets the
+    tokens it gets alone."""
+    tok = tiny_tokenizer()
+    first, good, bad = (tok(p)["input_ids"] for p in prompts(3, context=40, seed=23))
+    engine = TransformersEngine(tiny_model(), tok)
+    lean = engine.lean
+    assert lean is not None
+    real = lean.prefill
+    held, release = threading.Event(), threading.Event()
+    packs: list[int] = []
+
+    def prefill(parts: Any) -> Any:
+        ids = [p.ids for p in parts]
+        packs.append(len(parts))
+        if ids == [first[:-1]]:
+            held.set()
+            assert release.wait(30)
+        if bad[:-1] in ids:
+            raise RuntimeError("this prompt breaks the pass")
+        return real(parts)
+
+    lean.prefill = prefill  # type: ignore[method-assign]
+    cfg = GenerationConfig(max_new_tokens=6)
+    engine.start_continuous(max_rows=4)
+    decoder = engine.continuous
+    assert decoder is not None
+    try:
+        one = decoder.submit([first], cfg, [0])
+        assert held.wait(30)  # the prefill thread is busy: the next two queue together
+        two, three = decoder.submit([good], cfg, [0]), decoder.submit([bad], cfg, [0])
+        release.set()
+        with pytest.raises(RuntimeError, match="this prompt breaks the pass"):
+            three.result(timeout=30)
+        got, _ = two.result(timeout=30), one.result(timeout=30)
+    finally:
+        release.set()
+        lean.prefill = real  # type: ignore[method-assign]
+        engine.stop_continuous()
+    assert packs[:4] == [1, 2, 1, 1]  # first; good and bad together; then each alone
+    alone = TransformersEngine(tiny_model(), tok, batch_size=1)
+    assert got == alone.generate_tokens([good], cfg)
+
+
 def test_close_finishes_what_is_queued() -> None:
     engine = TransformersEngine(tiny_model(), tiny_tokenizer())
     engine.start_continuous(max_rows=2)

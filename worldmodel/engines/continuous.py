@@ -266,15 +266,27 @@ class ContinuousDecoder:
                 room = self.prefill_rows - len(self._ready) - self._prefilling
                 rows = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
                 self._prefilling += len(rows)
-            try:
-                with self._lock:
-                    self._prefill(rows)
-            except BaseException as exc:
-                _fail(rows, exc)
+            with self._lock:
+                self._prefill_apart_on_failure(rows)
             with self._cond:
                 self._prefilling -= len(rows)
                 self._ready.extend(row for row in rows if row.prefill is not None)
                 self._cond.notify_all()
+
+    def _prefill_apart_on_failure(self, rows: list[_Row]) -> None:
+        """`_prefill(rows)`; when it raises, each row again on its own, so that only the
+        rows whose own prefill fails get the error (rows of other requests go on)."""
+        try:
+            self._prefill(rows)
+        except BaseException as exc:
+            if len(rows) == 1:
+                _fail(rows, exc)
+                return
+            for row in rows:
+                try:
+                    self._prefill([row])
+                except BaseException as own:
+                    _fail([row], own)
 
     def _prefill(self, rows: list[_Row]) -> None:
         """Prefill `rows` (`_prefill_rows`: the prompts in one pass through the prefix
