@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from numpy.typing import NDArray
+from scripted import ScriptedModel
 
 from simworld.data.envs.search import SearchEnv
 from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
@@ -31,11 +32,9 @@ from simworld.eval.search import (
 )
 from simworld.simulators.envs.search import build_search_env
 from simworld.simulators.router import RouterConfig
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import format_target, parse_target
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.render import format_target
 from simworld.worldmodel.retrieval import Retriever, recorded_steps
-from simworld.worldmodel.world_model import Prediction
 
 
 class WordEncoder:
@@ -54,29 +53,22 @@ class WordEncoder:
         return rows / np.where(norms == 0, 1, norms)
 
 
-class PassageModel:
-    """Answers every search with one made-up passage naming the query."""
+def made_passage(ctx: Context, attempt: int) -> str:
+    """One made-up passage naming the query: a world model's answer to every search."""
+    action = ctx.action_record
+    assert isinstance(action, ToolCallsAction)
+    query = (action.calls[0].arguments or {})["query"]
+    hit = [{"id": "made-0", "title": "T", "text": f"about {query}", "score": 1.0}]
+    return format_target(ToolResultsObservation([ToolResult("call_0_0", json.dumps(hit))]), None)
+
+
+class PassageModel(ScriptedModel):
+    """`made_passage` for every search; `memory`, when set, gives the bench its
+    nearest_recorded row."""
 
     def __init__(self) -> None:
-        self.budget = Budget(total=2048)
-        self.asked = 0
-        self.memory: Retriever | None = None  # set: the bench adds its nearest_recorded row
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            self.asked += 1
-            action = ctx.action_record
-            assert isinstance(action, ToolCallsAction)
-            query = (action.calls[0].arguments or {})["query"]
-            hit = [{"id": "made-0", "title": "T", "text": f"about {query}", "score": 1.0}]
-            result = ToolResult("call_0_0", json.dumps(hit))
-            target = format_target(ToolResultsObservation([result]), None)
-            parsed = parse_target(target, action)
-            out.append(Prediction(parsed.observation, None, target, list(parsed.problems)))
-        return out
+        super().__init__(made_passage)
+        self.memory: Retriever | None = None
 
 
 def hit(pid: str, text: str) -> dict[str, Any]:
@@ -183,28 +175,16 @@ def test_a_model_with_a_memory_gets_the_nearest_recorded_row(tmp_path: Path) -> 
     assert near is not None and len(near) == 1 and near[0]["id"].startswith("d")
 
 
-class NamingModel:
+def naming_answer(ctx: Context, attempt: int) -> str:
     """Names corpus passage d3-0, then writes made-up text cut at its token bound."""
-
-    def __init__(self) -> None:
-        self.budget = Budget(total=2048)
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            action = ctx.action_record
-            assert isinstance(action, ToolCallsAction)
-            text = f'{action.calls[0].id} ok [{{"id":"d3-0","title":"Topic 3","text":"made up'
-            parsed = parse_target(text, action)
-            out.append(Prediction(parsed.observation, None, text, list(parsed.problems)))
-        return out
+    action = ctx.action_record
+    assert isinstance(action, ToolCallsAction)
+    return f'{action.calls[0].id} ok [{{"id":"d3-0","title":"Topic 3","text":"made up'
 
 
 def test_the_bench_scores_grounded_and_ungrounded_answers(tmp_path: Path) -> None:
     cfg = SearchBenchConfig(corpus=str(corpus_file(tmp_path)), split="train", limit=4)
-    report = run_search_bench(cfg, NamingModel(), ENCODER)
+    report = run_search_bench(cfg, ScriptedModel(naming_answer), ENCODER)
     # As served, the named passage comes from the corpus; as written, the JSON is broken.
     assert report["unreadable"] == 0 and report["unreadable_ungrounded"] == 4
     assert report["model"]["verbatim"] == 1.0 and report["model_ungrounded"]["verbatim"] == 0.0

@@ -9,11 +9,12 @@ every client mistake as a clear 4xx.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
+from scripted import ScriptedModel
 
 from simworld.data.envs.search import search_call
 from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
@@ -23,40 +24,29 @@ from simworld.server.settings import Settings
 from simworld.simulators.envs import load_sim_env
 from simworld.simulators.envs.search import SearchReal
 from simworld.simulators.router import RouterConfig
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import format_target, parse_target
-from simworld.worldmodel.world_model import Prediction
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.render import format_target
 
 Serve = Callable[..., str]
 REAL = RouterConfig(real_tools=frozenset({"search"}))
 
 
-class PassageModel:
+def passages(count: int = 1, broken: bool = False) -> ScriptedModel:
     """A world model that answers a search with `count` made-up passages naming the query
     (or, with `broken`, text that is not a list of passages)."""
 
-    def __init__(self, count: int = 1, broken: bool = False) -> None:
-        self.budget = Budget(total=2048)
-        self.count, self.broken = count, broken
+    def answer(ctx: Context, attempt: int) -> str:
+        action = ctx.action_record
+        assert isinstance(action, ToolCallsAction)
+        query = (action.calls[0].arguments or {})["query"]
+        hits = [
+            {"id": f"made-{i}", "title": "Made", "text": f"about {query}", "score": 2.0 - i}
+            for i in range(count)
+        ]
+        text = '{"not": "a list"}' if broken else json.dumps(hits)
+        return format_target(ToolResultsObservation([ToolResult("call_0_0", text)]), None)
 
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            action = ctx.action_record
-            assert isinstance(action, ToolCallsAction)
-            query = (action.calls[0].arguments or {})["query"]
-            hits = [
-                {"id": f"made-{i}", "title": "Made", "text": f"about {query}", "score": 2.0 - i}
-                for i in range(self.count)
-            ]
-            text = '{"not": "a list"}' if self.broken else json.dumps(hits)
-            target = format_target(ToolResultsObservation([ToolResult("call_0_0", text)]), None)
-            parsed = parse_target(target, action)
-            out.append(Prediction(parsed.observation, None, target, list(parsed.problems)))
-        return out
+    return ScriptedModel(answer)
 
 
 def client(serve: Serve, make_hub: Callable[..., Hub], *envs: str, **hub: Any) -> httpx.Client:
@@ -92,7 +82,7 @@ def test_real_retrieval_in_search_r1_shape(serve: Serve, make_hub: Callable[...,
 
 
 def test_the_model_answers_then_the_cache(serve: Serve, make_hub: Callable[..., Hub]) -> None:
-    with client(serve, make_hub, model=PassageModel(count=4)) as http:
+    with client(serve, make_hub, model=passages(count=4)) as http:
         first = post(http, {"queries": ["walrus operator"], "topk": 2, "return_scores": True})
         again = post(http, {"query": "walrus operator", "topk": 2, "return_scores": True})
         assert first.status_code == again.status_code == 200, first.text
@@ -119,7 +109,7 @@ def test_cost_aware_routing_mixes_real_and_model(
     assert real.cost(None, ToolCallsAction([search_call("c", cheap, 3)])) == 0.0
     assert real.cost(None, ToolCallsAction([search_call("c", dear, 3)])) > 0.05
     config = RouterConfig(max_real_cost=0.05)
-    with client(serve, make_hub, model=PassageModel(), router=config) as http:
+    with client(serve, make_hub, model=passages(), router=config) as http:
         body = post(http, {"queries": [cheap, dear]}).json()
         assert body["sources"] == ["real", "model"]
         assert body["result"][0] == []  # no passage has either word
@@ -166,6 +156,6 @@ def test_no_model_or_a_broken_answer_is_503(serve: Serve, make_hub: Callable[...
     with client(serve, make_hub) as http:
         reply = post(http, {"query": "lambda"})
         assert reply.status_code == 503 and "without a world model" in reply.text
-    with client(serve, make_hub, model=PassageModel(broken=True)) as http:
+    with client(serve, make_hub, model=passages(broken=True)) as http:
         reply = post(http, {"query": "lambda"})
         assert reply.status_code == 503 and "could not produce a list of passages" in reply.text

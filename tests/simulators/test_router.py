@@ -9,10 +9,11 @@ the simulators stays light is checked in tests/test_repo.py.)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
+from scripted import Script, ScriptedModel
 
 from simworld.data.records import (
     JSON,
@@ -38,10 +39,8 @@ from simworld.simulators.router import (
     RouterConfig,
     canonical_observation,
 )
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import format_target, parse_target
-from simworld.worldmodel.world_model import Prediction
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.render import format_target
 
 VALUE = {"type": "object", "required": ["value"], "properties": {"value": {"type": "integer"}}}
 TOOLS = (
@@ -105,37 +104,11 @@ def make_env(real: FakeReal | None = None) -> SimEnv:
     return SimEnv("tiny", {"t0": task}, "tool_calls", responder=pong, real=real)
 
 
-Script = Callable[[Context, int], str]
-
-
 def model_truth(ctx: Context, attempt: int) -> str:
     """The right answer, read off the context's state block and action."""
     state = {"counter": int(ctx.state.split('"counter":')[1].strip(" }\n"))}
     answer = truth(state, ctx.action_record)
     return format_target(answer.observation, answer.patch)
-
-
-class FakeModel:
-    """A deterministic world model: `script(ctx, attempt)` writes the target text, which
-    the real parser reads. Records the generation config of every try."""
-
-    def __init__(self, script: Script = model_truth, max_new_tokens: int | None = None) -> None:
-        self.budget = Budget(total=2048)
-        self.script = script
-        self.cfgs: list[GenerationConfig | None] = []
-        if max_new_tokens is not None:
-            self.generation = GenerationConfig(max_new_tokens=max_new_tokens)
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            text = self.script(ctx, len(self.cfgs))
-            self.cfgs.append(cfg)
-            parsed = parse_target(text, ctx.action_record, expect_patch=ctx.tracks_state)
-            out.append(Prediction(parsed.observation, parsed.patch, text, list(parsed.problems)))
-        return out
 
 
 def history(env: SimEnv, steps: Sequence[Step] = ()) -> Episode:
@@ -147,7 +120,7 @@ STATE = {"counter": 3}
 
 
 def test_rules_answer_before_the_cache_and_the_model() -> None:
-    env, model = make_env(), FakeModel()
+    env, model = make_env(), ScriptedModel(model_truth)
     router = Router(env, model)
     for call_id in ("a", "b"):
         routed = router.answer(history(env), STATE, calls((call_id, "ping", {})), seed=0)
@@ -158,7 +131,7 @@ def test_rules_answer_before_the_cache_and_the_model() -> None:
 
 
 def test_second_identical_step_is_a_cache_hit_with_its_call_ids() -> None:
-    env, model = make_env(), FakeModel()
+    env, model = make_env(), ScriptedModel(model_truth)
     router = Router(env, model)
     first = router.answer(history(env), STATE, calls(("c1", "add", {"n": 2})), seed=0)
     again = router.answer(history(env), dict(STATE), calls(("c9", "add", {"n": 2})), seed=1)
@@ -171,7 +144,7 @@ def test_second_identical_step_is_a_cache_hit_with_its_call_ids() -> None:
     )
     other = router.answer(history(env), {"counter": 4}, calls(("c2", "add", {"n": 2})), seed=0)
     assert other.source == "model" and len(model.cfgs) == 2
-    off = Router(env, FakeModel(), RouterConfig(use_cache=False))
+    off = Router(env, ScriptedModel(model_truth), RouterConfig(use_cache=False))
     off.answer(history(env), STATE, calls(("c1", "add", {"n": 2})), seed=0)
     assert off.answer(history(env), STATE, calls(("c1", "add", {"n": 2})), 0).source == "model"
 
@@ -179,7 +152,7 @@ def test_second_identical_step_is_a_cache_hit_with_its_call_ids() -> None:
 def test_without_state_the_cache_keys_on_the_history() -> None:
     task = SimTask("t0", "Talk.", None)
     env = SimEnv("chat", {"t0": task}, "text")
-    model = FakeModel(lambda ctx, attempt: '"heard you"')
+    model = ScriptedModel(lambda ctx, attempt: '"heard you"')
     router = Router(env, model)
     empty = Episode("e", "chat", Task("t0"), [])
     assert router.answer(empty, None, TextAction("hi"), 0).source == "model"
@@ -198,7 +171,7 @@ def wrong_first(times: int) -> Script:
 
 
 def test_a_result_that_breaks_the_output_schema_is_retried_with_seeded_sampling() -> None:
-    env, model = make_env(), FakeModel(wrong_first(2), max_new_tokens=77)
+    env, model = make_env(), ScriptedModel(wrong_first(2), max_new_tokens=77)
     router = Router(env, model)
     routed = router.answer(history(env), STATE, calls(("c", "get", {})), seed=5)
     assert (routed.source, routed.retries, routed.problems) == ("model", 2, [])
@@ -208,14 +181,14 @@ def test_a_result_that_breaks_the_output_schema_is_retried_with_seeded_sampling(
     assert all(c is not None and c.do_sample and c.max_new_tokens == 77 for c in retries)
     assert all(c is not None and c.temperature == RETRY_TEMPERATURE < 1 for c in retries)
     assert len({c.seed for c in retries if c is not None}) == 2
-    again = FakeModel(wrong_first(2), max_new_tokens=77)
+    again = ScriptedModel(wrong_first(2), max_new_tokens=77)
     Router(env, again).answer(history(env), STATE, calls(("c", "get", {})), seed=5)
     assert again.cfgs == model.cfgs  # the same seed samples the same way
     assert router.stats_dict()["retries"] == 2 and router.stats_dict()["unreadable"] == 0
 
 
 def test_exhausted_retries_are_reported_not_raised_nor_cached() -> None:
-    env, model = make_env(), FakeModel(wrong_first(99))
+    env, model = make_env(), ScriptedModel(wrong_first(99))
     router = Router(env, model, RouterConfig(output_retries=1))
     routed = router.answer(history(env), STATE, calls(("c", "get", {})), seed=0)
     assert routed.retries == 1 and len(model.cfgs) == 2
@@ -226,7 +199,7 @@ def test_exhausted_retries_are_reported_not_raised_nor_cached() -> None:
 
 
 def test_error_results_are_exempt_from_the_output_schema() -> None:
-    model = FakeModel(lambda ctx, attempt: 'call_0_0 error {"oops": 1}\npatch []')
+    model = ScriptedModel(lambda ctx, attempt: 'call_0_0 error {"oops": 1}\npatch []')
     routed = Router(make_env(), model).answer(
         history(make_env()), STATE, calls(("c", "get", {})), seed=0
     )
@@ -234,7 +207,7 @@ def test_error_results_are_exempt_from_the_output_schema() -> None:
 
 
 def test_an_unreadable_prediction_becomes_error_results() -> None:
-    env, model = make_env(), FakeModel(lambda ctx, attempt: "gibberish")
+    env, model = make_env(), ScriptedModel(lambda ctx, attempt: "gibberish")
     action = calls(("a", "get", {}), ("b", "add", {"n": 1}))
     routed = Router(env, model).answer(history(env), STATE, action, seed=0)
     assert routed.retries == 2 and routed.problems and routed.answer.patch is None
@@ -244,14 +217,14 @@ def test_an_unreadable_prediction_becomes_error_results() -> None:
     assert all(r.is_error and UNREADABLE in r.text for r in observation.results)
     assert observation.results[0].structured == {"error": UNREADABLE}  # the env's error style
     text_env = SimEnv("chat", {"t0": SimTask("t0", "Talk.", None)}, "text")
-    text = Router(text_env, FakeModel(lambda ctx, attempt: "")).answer(
+    text = Router(text_env, ScriptedModel(lambda ctx, attempt: "")).answer(
         Episode("e", "chat", Task("t0"), []), None, TextAction("hi"), 0
     )
     assert text.answer.observation == TextObservation(UNREADABLE)
 
 
 def test_real_tools_route_whole_actions_to_the_real_backend() -> None:
-    real, model = FakeReal(), FakeModel()
+    real, model = FakeReal(), ScriptedModel(model_truth)
     router = Router(make_env(real), model, RouterConfig(real_tools=frozenset({"get"})))
     env = router.env
     routed = router.answer(history(env), STATE, calls(("c", "get", {})), seed=0)
@@ -267,7 +240,7 @@ def test_real_tools_route_whole_actions_to_the_real_backend() -> None:
 
 def test_the_cost_threshold_routes_cheap_steps_to_the_real_backend() -> None:
     real = FakeReal()
-    router = Router(make_env(real), FakeModel(), RouterConfig(max_real_cost=1.0))
+    router = Router(make_env(real), ScriptedModel(model_truth), RouterConfig(max_real_cost=1.0))
     env = router.env
     assert router.answer(history(env), STATE, calls(("c", "get", {})), 0).source == "real"
     assert router.answer(history(env), STATE, calls(("c", "add", {"n": 1})), 0).source == "model"
@@ -277,9 +250,13 @@ def test_the_cost_threshold_routes_cheap_steps_to_the_real_backend() -> None:
 
 def test_real_routing_needs_a_backend_and_known_tools() -> None:
     with pytest.raises(ValueError, match="no real backend"):
-        Router(make_env(), FakeModel(), RouterConfig(real_tools=frozenset({"get"})))
+        Router(make_env(), ScriptedModel(model_truth), RouterConfig(real_tools=frozenset({"get"})))
     with pytest.raises(ValueError, match="does not have"):
-        Router(make_env(FakeReal()), FakeModel(), RouterConfig(real_tools=frozenset({"rm"})))
+        Router(
+            make_env(FakeReal()),
+            ScriptedModel(model_truth),
+            RouterConfig(real_tools=frozenset({"rm"})),
+        )
     with pytest.raises(ValueError, match="output_retries"):
         RouterConfig(output_retries=-1)
     with pytest.raises(TypeError, match="set of tool names"):
@@ -290,8 +267,10 @@ def test_real_routing_needs_a_backend_and_known_tools() -> None:
 
 def test_shadow_mode_records_matches_and_mismatches() -> None:
     real = FakeReal()
-    off_by_one = FakeModel(lambda ctx, attempt: 'c ok {"value": 99}\npatch []')
-    router = Router(make_env(real), FakeModel(), RouterConfig(shadow=True, use_cache=False))
+    off_by_one = ScriptedModel(lambda ctx, attempt: 'c ok {"value": 99}\npatch []')
+    router = Router(
+        make_env(real), ScriptedModel(model_truth), RouterConfig(shadow=True, use_cache=False)
+    )
     env = router.env
     same = router.answer(history(env), STATE, calls(("c", "get", {})), 0)
     assert same.source == "model" and same.shadow is not None
@@ -307,7 +286,9 @@ def test_shadow_mode_records_matches_and_mismatches() -> None:
 
 
 def test_a_failing_shadow_backend_never_fails_the_step() -> None:
-    router = Router(make_env(FakeReal(fail=True)), FakeModel(), RouterConfig(shadow=True))
+    router = Router(
+        make_env(FakeReal(fail=True)), ScriptedModel(model_truth), RouterConfig(shadow=True)
+    )
     routed = router.answer(history(router.env), STATE, calls(("c", "get", {})), 0)
     assert routed.source == "model" and routed.shadow is None
     assert routed.problems == ["shadow: the real backend failed: ConnectionError: backend down"]
@@ -333,7 +314,7 @@ def test_the_model_sees_call_ids_in_the_recorded_form_and_the_client_gets_its_ow
         seen.append([c.id for c in ctx.action_record.calls])
         return model_truth(ctx, attempt)
 
-    router = Router(env, FakeModel(echo_ids))
+    router = Router(env, ScriptedModel(echo_ids))
     action = calls(("toolu_01A", "add", {"n": 1}), ("call-xyz", "get", {}))
     routed = router.answer(history(env), STATE, action, seed=0)
     assert seen == [["call_0_0", "call_0_1"]]  # the id form of the bundled data
@@ -353,7 +334,7 @@ def test_the_env_names_the_id_form_its_model_is_asked_in() -> None:
 
     env = replace(make_env(), call_id_form="call_0_{index}")
     earlier = Step(calls(("a", "ping", {})), ToolResultsObservation([ToolResult("a", "pong")]))
-    routed = Router(env, FakeModel(echo_ids)).answer(
+    routed = Router(env, ScriptedModel(echo_ids)).answer(
         history(env, [earlier] * 12), STATE, calls(("mine", "get", {})), seed=0
     )
     assert seen == [["call_0_0"]]  # step 12, asked as the recorded data's turn 0
@@ -372,8 +353,8 @@ def test_shadow_mode_compares_volatile_fields_by_type_and_format() -> None:
             assert isinstance(action, ToolCallsAction)
             return Answer(results((action.calls[0].id, '{"token": "abc123", "ok": true}')))
 
-    def answering(text: str) -> FakeModel:
-        return FakeModel(lambda ctx, attempt: f"call_0_0 ok {text}\npatch []")
+    def answering(text: str) -> ScriptedModel:
+        return ScriptedModel(lambda ctx, attempt: f"call_0_0 ok {text}\npatch []")
 
     env = make_env(TokenReal())
     env = SimEnv(env.name, env.tasks, "tool_calls", real=env.real, volatile=(token,))

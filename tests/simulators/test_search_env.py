@@ -8,10 +8,10 @@ docstring says.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel
 
 from simworld.data.envs.search import SEARCH_TOOL, search_call
 from simworld.data.output_schemas import schema_validator
@@ -30,10 +30,8 @@ from simworld.simulators.envs import load_sim_env
 from simworld.simulators.envs.search import TASK_ID, SearchReal, build_search_env
 from simworld.simulators.router import Router, RouterConfig
 from simworld.simulators.session import Session
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import format_target, parse_target
-from simworld.worldmodel.world_model import Prediction
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.render import format_target
 
 ROWS = [
     {"id": "fruit", "title": "Fruit", "text": "apple banana cherry apple"},
@@ -42,29 +40,15 @@ ROWS = [
 ]
 
 
-class PassageModel:
-    """A world model that answers every search with one made-up passage naming the query."""
-
-    def __init__(self) -> None:
-        self.budget = Budget(total=2048)
-        self.asked = 0
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            self.asked += 1
-            action = ctx.action_record
-            assert isinstance(action, ToolCallsAction)
-            query = (action.calls[0].arguments or {})["query"]
-            hit = [{"id": "made-0", "title": "Made", "text": f"about {query}", "score": 1.5}]
-            text = format_target(
-                ToolResultsObservation([ToolResult(action.calls[0].id, json.dumps(hit))]), None
-            )
-            parsed = parse_target(text, action)
-            out.append(Prediction(parsed.observation, parsed.patch, text, list(parsed.problems)))
-        return out
+def made_passage(ctx: Context, attempt: int) -> str:
+    """One made-up passage naming the query: a world model's answer to every search."""
+    action = ctx.action_record
+    assert isinstance(action, ToolCallsAction)
+    query = (action.calls[0].arguments or {})["query"]
+    hit = [{"id": "made-0", "title": "Made", "text": f"about {query}", "score": 1.5}]
+    return format_target(
+        ToolResultsObservation([ToolResult(action.calls[0].id, json.dumps(hit))]), None
+    )
 
 
 @pytest.fixture
@@ -82,7 +66,7 @@ def step(session: Session, query: object, **extra: object) -> tuple[ToolResult, 
     return result.observation.results[0], str(result.info["source"])
 
 
-def session_of(env: SimEnv, config: RouterConfig, model: PassageModel | None = None) -> Session:
+def session_of(env: SimEnv, config: RouterConfig, model: ScriptedModel | None = None) -> Session:
     session = Session(env, Router(env, model, config), episode_id="t")
     session.reset(TASK_ID)
     return session
@@ -110,7 +94,7 @@ def test_the_registered_env_is_the_demo_corpus_with_one_search_task() -> None:
 def test_the_input_schema_refuses_bad_calls_before_any_backend(
     env: SimEnv, arguments: dict[str, object], message: str
 ) -> None:
-    model = PassageModel()
+    model = ScriptedModel(made_passage)
     session = session_of(env, RouterConfig(real_tools=frozenset({"search"})), model)
     action = ToolCallsAction([ToolCall("c", "search", arguments, json.dumps(arguments))])
     result = session.step(action)
@@ -144,7 +128,7 @@ def test_cost_is_the_postings_read_over_the_passage_count(env: SimEnv) -> None:
 
 
 def test_default_routing_is_cache_then_model(env: SimEnv) -> None:
-    model = PassageModel()
+    model = ScriptedModel(made_passage)
     router = Router(env, model, RouterConfig())
     task = env.tasks[TASK_ID]
     sources = []
@@ -156,14 +140,14 @@ def test_default_routing_is_cache_then_model(env: SimEnv) -> None:
 
 
 def test_real_tools_send_every_search_to_bm25(env: SimEnv) -> None:
-    model = PassageModel()
+    model = ScriptedModel(made_passage)
     session = session_of(env, RouterConfig(real_tools=frozenset({"search"})), model)
     assert [step(session, q)[1] for q in ("apple", "apple", "zebra")] == ["real"] * 3
     assert model.asked == 0
 
 
 def test_cost_aware_routing_sends_cheap_searches_to_bm25(env: SimEnv) -> None:
-    model = PassageModel()
+    model = ScriptedModel(made_passage)
     session = session_of(env, RouterConfig(max_real_cost=0.5), model)
     got = [step(session, q) for q in ("oak", "apple", "birch oak")]
     assert [source for _, source in got] == ["real", "model", "model"]

@@ -8,10 +8,10 @@ what cannot be placed is named, and the router applies it unless told not to.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel
 
 from simworld.data.envs.search import salvage_hits, search_call
 from simworld.data.records import Episode, Task, ToolCallsAction, ToolResult, ToolResultsObservation
@@ -19,10 +19,8 @@ from simworld.data.search_corpus import BM25Index, load_corpus
 from simworld.simulators.env import SimEnv
 from simworld.simulators.envs.search import TASK_ID, SearchGrounder, build_search_env
 from simworld.simulators.router import Router, RouterConfig
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
+from simworld.worldmodel.context import Context
 from simworld.worldmodel.render import format_target, parse_target
-from simworld.worldmodel.world_model import Prediction
 
 ROWS = [
     {"id": "fruit", "title": "Fruit", "text": "apple banana cherry apple"},
@@ -136,33 +134,19 @@ def test_bm25_scores_one_passage_as_search_ranks_it() -> None:
     assert index.score("zzzz qqqq", 0) == 0.0
 
 
-class CutModel:
-    """Writes the fruit passage's id, then degenerate text cut at its token bound: a small
-    model's typical search answer (README, "Search")."""
-
-    def __init__(self) -> None:
-        self.budget = Budget(total=2048)
-        self.asked = 0
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            self.asked += 1
-            action = ctx.action_record
-            assert isinstance(action, ToolCallsAction)
-            text = f'{action.calls[0].id} ok [{{"id":"fruit-0","title":"Fruit","text":"the mgc the'
-            parsed = parse_target(text, action)
-            out.append(Prediction(parsed.observation, parsed.patch, text, list(parsed.problems)))
-        return out
+def cut_answer(ctx: Context, attempt: int) -> str:
+    """The fruit passage's id, then degenerate text cut at its token bound: a small model's
+    typical search answer (README, "Search")."""
+    action = ctx.action_record
+    assert isinstance(action, ToolCallsAction)
+    return f'{action.calls[0].id} ok [{{"id":"fruit-0","title":"Fruit","text":"the mgc the'
 
 
 def test_the_router_grounds_model_answers_unless_told_not_to(env: SimEnv) -> None:
     task = env.tasks[TASK_ID]
     fresh = Episode("e", env.name, Task(task.id, task.instruction), [], list(task.tools))
     action = ToolCallsAction([search_call("client-7", "banana", 1)])
-    model = CutModel()
+    model = ScriptedModel(cut_answer)
     routed = Router(env, model, RouterConfig()).answer(fresh, None, action, 0)
     assert routed.source == "model" and routed.problems == [] and routed.retries == 0
     assert model.asked == 1
@@ -172,7 +156,7 @@ def test_the_router_grounds_model_answers_unless_told_not_to(env: SimEnv) -> Non
     assert result.call_id == "client-7" and not result.is_error
     assert json.loads(result.text)[0]["text"] == ROWS[0]["text"]
     # Off: the cut answer is what the model wrote, its problems reported and retried.
-    model = CutModel()
+    model = ScriptedModel(cut_answer)
     routed = Router(env, model, RouterConfig(ground=False)).answer(fresh, None, action, 0)
     assert routed.problems and routed.retries == 2 and model.asked == 3
     observation = routed.answer.observation

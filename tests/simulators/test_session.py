@@ -10,9 +10,9 @@ default world model runs a FrozenLake session.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
 
 import pytest
+from scripted import ScriptedModel
 
 from simworld.data.bundle import load_bundled
 from simworld.data.records import (
@@ -33,10 +33,8 @@ from simworld.data.records import (
 from simworld.simulators.env import SimEnv, SimTask, StepCheck
 from simworld.simulators.router import Router, RouterConfig
 from simworld.simulators.session import Session, SessionError
-from simworld.worldmodel.context import Budget, Context
-from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import format_target, parse_target
-from simworld.worldmodel.world_model import Prediction
+from simworld.worldmodel.context import Context
+from simworld.worldmodel.render import format_target
 
 ADD = ToolSpec(
     "add",
@@ -78,29 +76,9 @@ def adds(ctx: Context, attempt: int) -> str:
     return format_target(observation, [{"op": "replace", "path": "/counter", "value": total}])
 
 
-class FakeModel:
-    """A deterministic world model: `script(ctx, attempt)` writes the target text."""
-
-    def __init__(self, script: Callable[[Context, int], str] = adds) -> None:
-        self.budget = Budget(total=2048)
-        self.script = script
-        self.asked = 0
-
-    def predict(
-        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
-    ) -> list[Prediction]:
-        out = []
-        for ctx in batch:
-            text = self.script(ctx, self.asked)
-            self.asked += 1
-            parsed = parse_target(text, ctx.action_record, expect_patch=ctx.tracks_state)
-            out.append(Prediction(parsed.observation, parsed.patch, text, list(parsed.problems)))
-        return out
-
-
-def session(env: SimEnv | None = None, model: FakeModel | None = None) -> Session:
+def session(env: SimEnv | None = None, model: ScriptedModel | None = None) -> Session:
     env = env or make_env()
-    return Session(env, Router(env, model or FakeModel()), episode_id="ep-1")
+    return Session(env, Router(env, model or ScriptedModel(adds)), episode_id="ep-1")
 
 
 def test_reset_picks_the_task_by_id_or_seed_and_takes_an_explicit_state() -> None:
@@ -154,7 +132,7 @@ def test_an_invalid_or_unknown_call_gets_an_error_and_leaves_the_state() -> None
 
 def test_a_patch_that_does_not_apply_leaves_the_state_and_is_reported() -> None:
     script = 'c1 ok {"value": 9}\npatch [{"op":"remove","path":"/nope"}]'
-    s = session(model=FakeModel(lambda ctx, attempt: script))
+    s = session(model=ScriptedModel(lambda ctx, attempt: script))
     s.reset(task_id="t0")
     out = s.step(add("c1", 1))
     assert s.state()["state"] == {"counter": 0}
@@ -184,7 +162,7 @@ def test_steps_before_reset_after_close_or_of_the_wrong_kind_are_refused() -> No
     with pytest.raises(ValueError, match="at least one call"):
         s.step(ToolCallsAction([]))
     text_env = SimEnv("chat", {"t": SimTask("t", "Talk.", None)}, "text")
-    chat = Session(text_env, Router(text_env, FakeModel()), episode_id="x")
+    chat = Session(text_env, Router(text_env, ScriptedModel(adds)), episode_id="x")
     chat.reset()
     with pytest.raises(ValueError, match="takes a text action"):
         chat.step(add("a", 1))
@@ -192,7 +170,7 @@ def test_steps_before_reset_after_close_or_of_the_wrong_kind_are_refused() -> No
     with pytest.raises(SessionError, match="closed"):
         s.step(add("a", 1))
     with pytest.raises(ValueError, match="the router answers env"):
-        Session(make_env(), Router(text_env, FakeModel()), episode_id="y")
+        Session(make_env(), Router(text_env, ScriptedModel(adds)), episode_id="y")
 
 
 def run(seed: int) -> Episode:
