@@ -237,10 +237,13 @@ def test_a_failure_reaches_its_callers_and_the_loop_goes_on() -> None:
         decoder.submit([[1, 2]], GREEDY, [0])
 
 
-def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_together() -> None:
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_together(
+    overlap: bool,
+) -> None:
     """Rows queued together share a prefill pass; when it raises, each is prefilled again
-    on its own, so the row that breaks it fails and the other request still gets the
-    tokens it gets alone."""
+    on its own, so the row that breaks it fails, and the other request and the row already
+    decoding still get the tokens they get alone (prefill thread or inline in the loop)."""
     tok = tiny_tokenizer()
     first, good, bad = (tok(p)["input_ids"] for p in prompts(3, context=40, seed=23))
     engine = TransformersEngine(tiny_model(), tok)
@@ -262,7 +265,7 @@ def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_toget
 
     lean.prefill = prefill  # type: ignore[method-assign]
     cfg = GenerationConfig(max_new_tokens=6)
-    engine.start_continuous(max_rows=4)
+    engine.start_continuous(max_rows=4, overlap_prefill=overlap)
     decoder = engine.continuous
     assert decoder is not None
     try:
@@ -272,7 +275,7 @@ def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_toget
         release.set()
         with pytest.raises(RuntimeError, match="this prompt breaks the pass"):
             three.result(timeout=30)
-        got, _ = two.result(timeout=30), one.result(timeout=30)
+        got, live = two.result(timeout=30), one.result(timeout=30)
     finally:
         release.set()
         lean.prefill = real  # type: ignore[method-assign]
@@ -280,6 +283,7 @@ def test_a_failing_prompt_fails_only_its_own_request_among_those_prefilled_toget
     assert packs[:4] == [1, 2, 1, 1]  # first; good and bad together; then each alone
     alone = TransformersEngine(tiny_model(), tok, batch_size=1)
     assert got == alone.generate_tokens([good], cfg)
+    assert live == alone.generate_tokens([first], cfg)
 
 
 def test_close_finishes_what_is_queued() -> None:

@@ -20,9 +20,11 @@ decodes, taking every queued row up to `prefill_rows` rows ahead:
 prefill is a few large matmuls and decoding many small calls, so on a CPU the two take
 two cores instead of taking turns on one (on 2 cores, serving 32 BFCL sessions: see the
 README's serving figures). Without it the loop prefills up to `prefill_rows` queued rows
-itself before each step. Either way a row computes the same bits: a prompt's prefill
-equals its prefill alone, and its first token comes from its own row's logits, whichever
-rows are near it.
+itself before each step. When a pass over rows taken together raises, each row is
+prefilled again on its own, so only the rows whose own prefill fails get the error (the
+other requests, and the rows already decoding, go on). Either way a row computes the same
+bits: a prompt's prefill equals its prefill alone, and its first token comes from its own
+row's logits, whichever rows are near it.
 
 Cache layout. One set of key/value tensors (`max_rows` rows, `capacity` slots) holds every
 live row; a decode step writes all rows' newest token at the same slot `w`. A row admitted
@@ -235,10 +237,12 @@ class ContinuousDecoder:
                     self._run(admit)
                 else:
                     with self._lock:
-                        self._prefill(admit)
+                        self._prefill_apart_on_failure(admit)
+                        admit = [row for row in admit if row.prefill is not None]
                         self._run(admit)
             # The rows' callers get what the model raised; the loop must survive it, or
-            # every later caller would wait forever.
+            # every later caller would wait forever. (A failed prefill has failed only its
+            # own rows by now; what reaches here broke a placement or a decode step.)
             except BaseException as exc:
                 failed, self._live = [*admit, *self._live], []
                 _fail(failed, exc)
