@@ -25,6 +25,11 @@ model answered (`model_*`: a cheap train_cv runs for real in both runs and agree
 exactly), whether both runs pick the same best pipeline, and the regret: the best real
 score minus the real score of the routed pick.
 
+Training overlap (`--train DUMP...`, the model's training dumps): how many of the
+model-answered pipelines were recorded in training exactly (same table, pipeline and
+train_cv arguments, a successful result) or with the same train_cv call after another
+pipeline, and the error and Spearman over those never seen exactly (`training_overlap`).
+
 Transition accuracy (`--test`): every step of the dump predicted from its recorded context,
 within the model's budget (steps that do not fit are counted, not scored): the error flag
 accuracy; on train_cv results, the absolute error of cv_mean and cv_std; on operations that
@@ -97,21 +102,16 @@ def draw_pipelines(cfg: SearchConfig) -> list[list[Call]]:
     for index in range(cfg.pipelines):
         rng = random.Random(derive_seed("pipeline-search", cfg.seed, index))
         state = initial_state(source, base)
-        frame, calls = base, []
+        frame, calls = base, list[Call]()
         prep: list[Call] = [("impute", {"strategy": rng.choice(("mean", "median"))})]
         if rng.random() < 0.8:
             prep.append(("encode", {"method": rng.choice(("onehot", "ordinal"))}))
         else:
             prep.append(("drop_columns", {"columns": ["band", "site"]}))
         for name, args in prep:
-            frame, state = _applied(frame, state, name, args)
-            calls.append((name, args))
+            frame, state = _kept(frame, state, name, args, calls)
         for _ in range(rng.randint(0, 2)):
-            name, args = tidy_call(rng, frame)
-            after, state_after = _applied(frame, state, name, args)
-            if state_after is not state:  # keep only steps that apply
-                frame, state = after, state_after
-                calls.append((name, args))
+            frame, state = _kept(frame, state, *tidy_call(rng, frame), calls)
         while True:
             call = model_call(rng, source)
             if estimate(state["profile"], "train_cv", call) <= cfg.max_seconds:
@@ -121,8 +121,15 @@ def draw_pipelines(cfg: SearchConfig) -> list[list[Call]]:
     return pipelines
 
 
-def _applied(frame: Any, state: dict[str, JSON], name: str, args: dict[str, JSON]) -> Any:
+def _kept(
+    frame: Any, state: dict[str, JSON], name: str, args: dict[str, JSON], calls: list[Call]
+) -> Any:
+    """Apply one table call; keep it in `calls` only when it applies, so that the calls
+    before a pipeline's train_cv are exactly the pipeline its state records."""
     applied = apply_call(frame, state, name, args)
+    if applied.is_error:
+        return frame, state
+    calls.append((name, args))
     return applied.frame, applied.state
 
 
@@ -220,6 +227,53 @@ def pipeline_search(cfg: SearchConfig, model: WorldModel) -> dict[str, Any]:
             )
         ],
     }  # fmt: skip
+
+
+def training_overlap(report: dict[str, Any], training: Sequence[Episode]) -> dict[str, Any]:
+    """Which of the pipelines the model answered were in its training data: `seen_exact`,
+    a successful train_cv step with the same table, pipeline and train_cv arguments (the
+    model may have learnt that answer); `seen_call`, the same table and train_cv arguments
+    after any pipeline. The error and Spearman over the model-answered pipelines not seen
+    exactly say how the model does on what it never saw."""
+    exact: set[tuple[str, str, str]] = set()
+    steps = 0
+    for episode in training:
+        for step in episode.steps:
+            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
+            result = step.observation
+            if call is None or call.name != "train_cv" or not isinstance(step.state, dict):
+                continue
+            if not isinstance(result, ToolResultsObservation) or result.results[0].is_error:
+                continue
+            exact.add(_key(step.state.get("source"), step.state.get("pipeline"), call.arguments))
+            steps += 1
+    by_call = {(source, args) for source, _, args in exact}
+    source = source_for(report["table"])
+    rows = []
+    for entry in report["per_pipeline"]:
+        if entry["by"] != "model":
+            continue
+        *table_ops, (_, train_args) = entry["calls"]
+        key = _key(source, [{"op": n, "args": a} for n, a in table_ops], train_args)
+        rows.append((key in exact, (key[0], key[2]) in by_call, entry["real"], entry["predicted"]))
+    unseen = [(r, p) for seen, _, r, p in rows if not seen and r is not None and p is not None]
+    errors = [abs(r - p) for r, p in unseen]
+    return {
+        "training_train_cv_steps": steps,
+        "model_answered": len(rows),
+        "seen_exact": sum(seen for seen, _, _, _ in rows),
+        "seen_call": sum(call for _, call, _, _ in rows),
+        "unseen_scored": len(unseen),
+        "unseen_cv_mean_mae": _round(sum(errors) / len(errors)) if errors else None,
+        "unseen_spearman": _round(spearman([r for r, _ in unseen], [p for _, p in unseen])),
+    }
+
+
+def _key(source: JSON, pipeline: JSON, args: JSON) -> tuple[str, str, str]:
+    def text(part: JSON) -> str:
+        return json.dumps(part, sort_keys=True)
+
+    return text(source), text(pipeline), text(args)
 
 
 def _score(result: JSON) -> float | None:
@@ -397,6 +451,14 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     parser.add_argument("--test", type=Path, help="a recorded dump: also measure transitions")
     parser.add_argument("--limit", type=int, help="at most this many test steps")
     parser.add_argument(
+        "--train",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="DUMP",
+        help="the model's training dumps: count the predicted pipelines seen in training",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared CPU)"
     )
     parser.add_argument("--json", type=Path, help="write the report here too")  # fmt: skip
@@ -416,11 +478,14 @@ def _run(args: argparse.Namespace) -> int:
         model = load_world_model(args.model)
         loaded = time.perf_counter() - began
         test = read_episodes(args.test).episodes if args.test else []
+        training = [e for path in args.train for e in read_episodes(path).episodes]
     except (ValueError, OSError, DumpError) as exc:
         print(f"simworld bench pipeline: {exc}", file=sys.stderr)
         return 2
     report: dict[str, Any] = {"model": args.model, "model_load_seconds": round(loaded, 2)}
     report.update(pipeline_search(cfg, model))
+    if args.train:
+        report["training_overlap"] = training_overlap(report, training)
     if test:
         report["transitions"] = transition_accuracy(model, test, args.limit)
     short = {k: v for k, v in report.items() if k != "per_pipeline"}
@@ -438,5 +503,6 @@ __all__ = [
     "pipeline_search",
     "run_search",
     "spearman",
+    "training_overlap",
     "transition_accuracy",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -12,13 +13,22 @@ from simworld.data.datascience_costs import estimate
 from simworld.data.datascience_ops import check_args
 from simworld.data.datascience_tables import build_table, source_for
 from simworld.data.envs import load_env
-from simworld.data.envs.datascience import apply_call, initial_state
-from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
+from simworld.data.envs.datascience import apply_call, initial_state, result_text
+from simworld.data.records import (
+    Episode,
+    Step,
+    Task,
+    ToolCall,
+    ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
+)
 from simworld.eval.pipeline_search import (
     SearchConfig,
     draw_pipelines,
     pipeline_search,
     spearman,
+    training_overlap,
     transition_accuracy,
 )
 from simworld.worldmodel.context import Budget, Context
@@ -112,6 +122,55 @@ def test_search_runs_both_ways_and_compares() -> None:
     assert {p["by"] for p in report["per_pipeline"]} == {"model"}
 
 
+def _recorded(calls: Sequence[tuple[str, dict]], table: str = "iris") -> Episode:
+    """The episode the recorder writes for `calls` run for real on `table`."""
+    source = source_for(table)
+    frame = build_table(source)
+    state = initial_state(source, frame)
+    steps = []
+    for index, (name, args) in enumerate(calls):
+        applied = apply_call(frame, state, name, args)
+        result = ToolResult(
+            f"call_{index}_0", result_text(applied.result), applied.result, applied.is_error
+        )
+        call = ToolCall(f"call_{index}_0", name, args, json.dumps(args))
+        steps.append(
+            Step(ToolCallsAction([call]), ToolResultsObservation([result]), state, applied.state)
+        )
+        frame, state = applied.frame, applied.state
+    return Episode(f"{table}-{len(calls)}", "datascience", Task(id=table, instruction=""), steps)
+
+
+def test_training_overlap_counts_the_predicted_pipelines_seen_in_training() -> None:
+    cfg = SearchConfig(table="iris", pipelines=4, seed=4, threshold=0.0051)
+    pipelines = draw_pipelines(cfg)
+    predicted = [0.9, 0.8, 0.7, 0.6]
+    report = pipeline_search(cfg, ScriptedModel(predicted))
+    trains = [calls[-1] for calls in pipelines]
+    assert len({json.dumps(t, sort_keys=True) for t in trains}) == 4  # four distinct calls
+    assert pipelines[0][:-1] != pipelines[1][:-1]
+    failed = _recorded(pipelines[2])
+    failed.steps[-1].observation.results[0].is_error = True  # a failed step shows no score
+    training = [
+        _recorded(pipelines[0]),  # pipeline 0 exactly
+        _recorded([*pipelines[0][:-1], trains[1]]),  # pipeline 1's call after another pipeline
+        failed,
+        _recorded(pipelines[3], table="wine"),  # pipeline 3 on another table
+    ]
+    overlap = training_overlap(report, training)
+    real = [p["real"] for p in report["per_pipeline"]]
+    unseen = list(zip(real[1:], predicted[1:], strict=True))
+    assert overlap == {
+        "training_train_cv_steps": 3,
+        "model_answered": 4,
+        "seen_exact": 1,
+        "seen_call": 2,
+        "unseen_scored": 3,
+        "unseen_cv_mean_mae": pytest.approx(sum(abs(r - p) for r, p in unseen) / 3, abs=1e-4),
+        "unseen_spearman": pytest.approx(spearman(real[1:], predicted[1:]), abs=1e-4),
+    }
+
+
 def test_transition_accuracy_scores_a_recorded_dump() -> None:
     episodes = list(load_env("datascience", tables="iris", steps=(4, 6)).record(4, seed=1))
     report = transition_accuracy(ScriptedModel([0.5]), episodes)
@@ -134,7 +193,7 @@ def test_transition_accuracy_scores_a_recorded_dump() -> None:
 
 
 def test_the_command_is_registered_and_refuses_bad_input(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     from simworld.bench import BENCHMARKS
     from simworld.cli import main
@@ -144,3 +203,7 @@ def test_the_command_is_registered_and_refuses_bad_input(
     assert "unknown table 'titanic'" in capsys.readouterr().err
     assert main(["bench", "pipeline", "--model", "nowhere", "--table", "iris"]) == 2
     assert "nowhere" in capsys.readouterr().err
+    missing = tmp_path / "train.jsonl"
+    args = ["bench", "pipeline", "--model", "default", "--table", "iris", "--train", str(missing)]
+    assert main(args) == 2  # before any pipeline runs
+    assert str(missing) in capsys.readouterr().err
