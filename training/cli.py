@@ -61,6 +61,12 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         help="N renamed variants of each tool-call pair, names an observation copies from "
         "its context made fresh (default: the preset's; 0: none)",
     )
+    sft.add_argument(
+        "--split-digits",
+        action="store_true",
+        help="the trained tokenizer makes every digit its own token (for numeric targets, "
+        "e.g. the datascience metrics); from scratch only",
+    )
     _configure_grpo(recipes)
     _configure_mdlm(recipes)
     return _recipe
@@ -252,6 +258,7 @@ def _sft(args: argparse.Namespace) -> int:
             lora_r=args.lora_r,
             example_tokens=args.example_tokens,
             copy_augment=args.copy_augment,
+            split_digits=args.split_digits,
             init=args.init,
             lr=args.lr,
         )

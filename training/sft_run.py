@@ -91,6 +91,7 @@ class SFTRun:
     copy_augment: int | None = None  # renamed variants per tool-call pair (None: the preset's)
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
+    split_digits: bool = False  # the trained tokenizer makes every digit its own token
 
     def __post_init__(self) -> None:
         if self.preset not in RECIPES:
@@ -102,6 +103,11 @@ class SFTRun:
         if self.init is not None and (self.base is not None or self.example_tokens is not None):
             raise ValueError(
                 "init continues a checkpoint with its own recipe: drop base and example_tokens"
+            )
+        if self.split_digits and (self.base is not None or self.init is not None):
+            raise ValueError(
+                "split_digits shapes a tokenizer trained from scratch: a base or an init "
+                "checkpoint brings its own tokenizer; drop split_digits"
             )
         if self.lr is not None and (self.init is None or self.lr <= 0):
             raise ValueError("lr sets a continued run's constant rate: give init and lr > 0")
@@ -157,6 +163,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
+        "split_digits": run.split_digits,
         "max_new_tokens": cfg.max_new_tokens,
         "data": list(run.data) or ["bundled:train"],
         "val_data": list(run.val_data) or ["bundled:val"],
@@ -199,8 +206,10 @@ def build_pairs(
         save_memory(Path(run.out) / MEMORY_FILE, memory.entries)
     if isinstance(tokenizer, int):
         rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
-        tokenizer = train_tokenizer((t for ex in rough for t in (ex.prompt, ex.target)),
-                                    tokenizer)  # fmt: skip
+        texts = (t for ex in rough for t in (ex.prompt, ex.target))
+        tokenizer = train_tokenizer(
+            texts, tokenizer, split_digits=getattr(run, "split_digits", False)
+        )
     if tokenizer is not None:
         budget = replace(budget, count=token_counter(tokenizer))
     augment = CopyAugment(recipe.copy_variants, seed=run.seed) if recipe.copy_variants else None

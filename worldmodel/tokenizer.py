@@ -29,9 +29,13 @@ SPECIAL_TOKENS = [PAD, EOS, BOS]
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2
+    texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2, split_digits: bool = False
 ) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE of at most `vocab_size` tokens (special tokens included)."""
+    """Train a byte-level BPE of at most `vocab_size` tokens (special tokens included).
+
+    `split_digits` makes every digit its own token (no merges across digits), so a number is
+    generated digit by digit: a multi-digit vocabulary spreads a value's probability over
+    many tokens and greedy decoding then prefers a short number (0.3 for 0.8345)."""
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(
             f"vocab_size={vocab_size} cannot hold the 256 byte symbols and "
@@ -39,7 +43,12 @@ def train_tokenizer(
         )
     tok = Tokenizer(models.BPE())
     # use_regex splits words/digits/punctuation before merging, as GPT-2 does
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split_digits
+        else byte_level
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -223,3 +223,15 @@ def test_init_refuses_a_second_recipe() -> None:
         SFTRun(out="x", init="default", example_tokens=64)
     with pytest.raises(ValueError, match="give init and lr > 0"):
         SFTRun(out="x", lr=1e-4)
+
+
+def test_split_digits_trains_a_digit_by_digit_tokenizer(tmp_path: Path) -> None:
+    metrics = run_sft(
+        SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20, split_digits=True)
+    )
+    assert metrics["step"] > 0
+    _, tok, meta = load_checkpoint(tmp_path)
+    assert meta.training_args["split_digits"] is True
+    assert [t for t in tok.tokenize('{"row": 12, "col": 305}') if t.isdigit()] == list("12305")
+    with pytest.raises(ValueError, match="drop split_digits"):
+        SFTRun(out="x", init="default", split_digits=True)

@@ -39,3 +39,18 @@ def test_special_tokens_are_single_ids_and_never_added_by_encode() -> None:
 def test_too_small_a_vocabulary_says_the_minimum() -> None:
     with pytest.raises(ValueError, match="at least 259"):
         train_tokenizer(TEXTS, vocab_size=100)
+
+
+def test_split_digits_gives_every_digit_its_own_token_and_stays_lossless(tmp_path: Path) -> None:
+    metrics = [json.dumps({"cv_mean": 0.6421 + i / 997, "cv_std": 0.0225, "folds": 5})
+               for i in range(40)]  # fmt: skip
+    text = '{"cv_mean":0.8345,"n":120, "x": "a12"}'
+    merged = train_tokenizer(TEXTS + metrics, vocab_size=400)
+    assert any(len(t) > 1 and t.isdigit() for t in merged.tokenize(text))  # the default merges
+    tok = train_tokenizer(TEXTS + metrics, vocab_size=400, split_digits=True)
+    tokens = tok.tokenize(text)
+    assert [t for t in tokens if any(c.isdigit() for c in t)] == list("0834512012")
+    tok.save_pretrained(str(tmp_path))
+    loaded = load_tokenizer(tmp_path)
+    for sample in (text, *TEXTS[:3]):
+        assert decode(loaded, encode(loaded, sample)) == sample
