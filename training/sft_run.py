@@ -134,7 +134,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     elif run.base is None:
         resumed = Path(run.out) / "resume"
         tokenizer = load_tokenizer(resumed) if run.resume else cfg.vocab_size
-    pairs = build_pairs(run, recipe, tokenizer)
+    pairs = build_pairs(run, recipe, tokenizer, split_digits=run.split_digits)
     train, val, tokenizer = pairs.train, pairs.val, pairs.tokenizer
     train_report, val_report = pairs.train_report, pairs.val_report
     # prompt (blocks + example) + target + eos
@@ -189,13 +189,16 @@ class Pairs:
 
 
 def build_pairs(
-    run: DataArgs, recipe: Recipe, tokenizer: PreTrainedTokenizerBase | int | None
+    run: DataArgs,
+    recipe: Recipe,
+    tokenizer: PreTrainedTokenizerBase | int | None,
+    split_digits: bool = False,
 ) -> Pairs:
     """The (prompt, target) pairs `run`'s data makes under `recipe` (shared by SFT and MDLM
     training). `tokenizer`: the one to count with; an int trains a byte-level BPE of that
-    size first (on pairs sized by the approximate count), then sizes the pairs in its own
-    tokens; None keeps the approximate count. With an example budget the train steps are
-    saved as the retrieval memory in `run.out`."""
+    size first (on pairs sized by the approximate count; `split_digits`: one token per
+    digit), then sizes the pairs in its own tokens; None keeps the approximate count. With
+    an example budget the train steps are saved as the retrieval memory in `run.out`."""
     train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
     val_eps = load_split("val", run.val_data, run.envs)
     budget = Budget(total=recipe.budget_tokens, example=recipe.example_tokens)
@@ -207,9 +210,7 @@ def build_pairs(
     if isinstance(tokenizer, int):
         rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
         texts = (t for ex in rough for t in (ex.prompt, ex.target))
-        tokenizer = train_tokenizer(
-            texts, tokenizer, split_digits=getattr(run, "split_digits", False)
-        )
+        tokenizer = train_tokenizer(texts, tokenizer, split_digits=split_digits)
     if tokenizer is not None:
         budget = replace(budget, count=token_counter(tokenizer))
     augment = CopyAugment(recipe.copy_variants, seed=run.seed) if recipe.copy_variants else None
