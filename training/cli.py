@@ -37,6 +37,9 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     _add_data_arguments(sft)
     sft.add_argument("--minutes", type=float, help="stop (and save) after this many minutes")
     sft.add_argument("--tokens", type=int, help="end the schedule after N real training tokens")
+    sft.add_argument(
+        "--epochs", type=int, help="passes over the training pairs (default: the preset's)"
+    )
     sft.add_argument("--threads", type=int, help="torch CPU threads (default: the preset's)")
     sft.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     sft.add_argument("--seed", type=int, default=0)
@@ -250,6 +253,7 @@ def _sft(args: argparse.Namespace) -> int:
             **_data_fields(args),
             minutes=args.minutes,
             tokens=args.tokens,
+            epochs=args.epochs,
             threads=args.threads,
             resume=args.resume,
             seed=args.seed,

@@ -81,6 +81,7 @@ class SFTRun:
     exclude_apis: tuple[str, ...] = ()
     minutes: float | None = None  # time budget; the run stops (saving) after it
     tokens: int | None = None  # token budget: the schedule ends after this many real tokens
+    epochs: int | None = None  # passes over the training pairs (None: the preset's)
     threads: int | None = None  # torch CPU threads (None: the preset's)
     resume: bool = False
     seed: int = 0
@@ -109,6 +110,8 @@ class SFTRun:
                 "split_digits shapes a tokenizer trained from scratch: a base or an init "
                 "checkpoint brings its own tokenizer; drop split_digits"
             )
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"epochs must be at least 1, got {self.epochs}")
         if self.lr is not None and (self.init is None or self.lr <= 0):
             raise ValueError("lr sets a continued run's constant rate: give init and lr > 0")
 
@@ -145,6 +148,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         max_new_tokens=recipe.max_target_tokens + 1,
         time_budget_min=run.minutes,
         max_tokens=run.tokens,
+        epochs=run.epochs or cfg.epochs,
         threads=run.threads or cfg.threads,
         seed=run.seed,
         serialization_version=str(SERIALIZATION_VERSION),

@@ -25,7 +25,7 @@ from simworld.training.sft import SFTConfig, train_sft
 from simworld.training.sft_run import SFTRun, reproduce_val_metrics, run_sft
 from simworld.worldmodel import load_world_model
 from simworld.worldmodel.ar import ARConfig
-from simworld.worldmodel.checkpoint import load_checkpoint
+from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
 from simworld.worldmodel.context import Budget
 from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.hf import TransformersEngine
@@ -235,3 +235,18 @@ def test_split_digits_trains_a_digit_by_digit_tokenizer(tmp_path: Path) -> None:
     assert [t for t in tok.tokenize('{"row": 12, "col": 305}') if t.isdigit()] == list("12305")
     with pytest.raises(ValueError, match="drop split_digits"):
         SFTRun(out="x", init="default", split_digits=True)
+
+
+def test_epochs_sets_the_number_of_passes(tmp_path: Path) -> None:
+    steps = {}
+    for epochs in (1, 3):
+        out = tmp_path / f"e{epochs}"
+        metrics = run_sft(
+            SFTRun(out=out, preset="tiny", envs=("frozenlake",), limit=20, epochs=epochs)
+        )
+        assert read_meta(out).training_args["epochs"] == epochs
+        steps[epochs] = metrics["total_steps"]
+    assert steps[1] > 0
+    assert steps[3] == 3 * steps[1]
+    with pytest.raises(ValueError, match="epochs must be at least 1"):
+        SFTRun(out="x", epochs=0)
