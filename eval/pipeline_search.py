@@ -28,7 +28,9 @@ score minus the real score of the routed pick.
 Training overlap (`--train DUMP...`, the model's training dumps): how many of the
 model-answered pipelines were recorded in training exactly (same table, pipeline and
 train_cv arguments, a successful result) or with the same train_cv call after another
-pipeline, and the error and Spearman over those never seen exactly (`training_overlap`).
+pipeline, and the error and Spearman over those never seen exactly (`training_overlap`);
+and a baseline without a model over the same pipelines, the mean recorded cv_mean of the
+same table and model kind (`lookup_baseline`), to say whether the model beats a lookup.
 
 Transition accuracy (`--test`): every step of the dump predicted from its recorded context,
 within the model's budget (steps that do not fit are counted, not scored): the error flag
@@ -269,6 +271,52 @@ def training_overlap(report: dict[str, Any], training: Sequence[Episode]) -> dic
     }
 
 
+def lookup_baseline(report: dict[str, Any], training: Sequence[Episode]) -> dict[str, Any]:
+    """A baseline without a model, for the pipelines the model answered: the mean cv_mean
+    of the successful train_cv steps recorded in `training` on the same table with the same
+    model kind (`by_kind`), else of every one on the same table (`by_table`); a table never
+    recorded is `unknown` and not scored. Its error and Spearman against the real scores
+    come with the model's over the same pipelines, so the two compare like for like."""
+    kinds: dict[tuple[str, str], list[float]] = {}
+    tables: dict[str, list[float]] = {}
+    for episode in training:
+        for step in episode.steps:
+            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
+            result = step.observation
+            if call is None or call.name != "train_cv" or not isinstance(step.state, dict):
+                continue
+            if not isinstance(result, ToolResultsObservation) or result.results[0].is_error:
+                continue
+            score = _score(result.results[0].structured)
+            if score is None:
+                continue
+            table = json.dumps(step.state.get("source"), sort_keys=True)
+            kinds.setdefault((table, str(call.arguments.get("model"))), []).append(score)
+            tables.setdefault(table, []).append(score)
+    table = json.dumps(source_for(report["table"]), sort_keys=True)
+    rows, found = [], {"by_kind": 0, "by_table": 0, "unknown": 0}
+    for entry in report["per_pipeline"]:
+        if entry["by"] != "model":
+            continue
+        kind = str(entry["calls"][-1][1].get("model"))
+        recorded = kinds.get((table, kind)) or tables.get(table)
+        found["by_kind" if (table, kind) in kinds else "by_table" if recorded else "unknown"] += 1
+        if recorded and entry["real"] is not None and entry["predicted"] is not None:
+            rows.append((entry["real"], sum(recorded) / len(recorded), entry["predicted"]))
+    real = [r for r, _, _ in rows]
+    return {
+        "model_answered": sum(found.values()),
+        **found,
+        "scored": len(rows),
+        "cv_mean_mae": _round(sum(abs(r - b) for r, b, _ in rows) / len(rows)) if rows else None,
+        "spearman": _round(spearman(real, [b for _, b, _ in rows])),
+        "model_cv_mean_mae": (
+            _round(sum(abs(r - m) for r, _, m in rows) / len(rows)) if rows else None
+        ),
+        "model_spearman": _round(spearman(real, [m for _, _, m in rows])),
+    }
+
+
 def _key(source: JSON, pipeline: JSON, args: JSON) -> tuple[str, str, str]:
     def text(part: JSON) -> str:
         return json.dumps(part, sort_keys=True)
@@ -456,7 +504,8 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         nargs="+",
         default=[],
         metavar="DUMP",
-        help="the model's training dumps: count the predicted pipelines seen in training",
+        help="the model's training dumps: count the predicted pipelines seen in training "
+        "and score a lookup baseline",
     )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared CPU)"
@@ -486,6 +535,7 @@ def _run(args: argparse.Namespace) -> int:
     report.update(pipeline_search(cfg, model))
     if args.train:
         report["training_overlap"] = training_overlap(report, training)
+        report["lookup_baseline"] = lookup_baseline(report, training)
     if test:
         report["transitions"] = transition_accuracy(model, test, args.limit)
     short = {k: v for k, v in report.items() if k != "per_pipeline"}
@@ -500,6 +550,7 @@ __all__ = [
     "SearchConfig",
     "configure",
     "draw_pipelines",
+    "lookup_baseline",
     "pipeline_search",
     "run_search",
     "spearman",

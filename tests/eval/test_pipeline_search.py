@@ -26,6 +26,7 @@ from simworld.data.records import (
 from simworld.eval.pipeline_search import (
     SearchConfig,
     draw_pipelines,
+    lookup_baseline,
     pipeline_search,
     spearman,
     training_overlap,
@@ -207,3 +208,41 @@ def test_the_command_is_registered_and_refuses_bad_input(
     args = ["bench", "pipeline", "--model", "default", "--table", "iris", "--train", str(missing)]
     assert main(args) == 2  # before any pipeline runs
     assert str(missing) in capsys.readouterr().err
+
+
+def test_lookup_baseline_answers_with_the_recorded_mean_of_the_same_table_and_model() -> None:
+    cfg = SearchConfig(table="iris", pipelines=4, seed=4, threshold=0.0051)
+    pipelines = draw_pipelines(cfg)
+    # the four train_cv calls: logistic, extra_clf, boost_clf, boost_clf
+    assert [calls[-1][1]["model"] for calls in pipelines] == [
+        "logistic", "extra_clf", "boost_clf", "boost_clf"
+    ]  # fmt: skip
+    predicted = [0.9, 0.8, 0.7, 0.6]
+    report = pipeline_search(cfg, ScriptedModel(predicted))
+    logistic = _recorded(pipelines[0])
+    boost = _recorded([*pipelines[0][:-1], pipelines[2][-1]])
+    failed = _recorded(pipelines[1])
+    failed.steps[-1].observation.results[0].is_error = True  # a failed step gives no score
+    training = [logistic, boost, failed, _recorded(pipelines[3], table="wine")]
+    a = logistic.steps[-1].observation.results[0].structured["cv_mean"]
+    b = boost.steps[-1].observation.results[0].structured["cv_mean"]
+    assert a != b
+    # logistic and both boosts by kind; extra_clf was only recorded failing: the table mean
+    baseline = [a, (a + b) / 2, b, b]
+    real = [p["real"] for p in report["per_pipeline"]]
+    assert lookup_baseline(report, training) == {
+        "model_answered": 4,
+        "by_kind": 3,
+        "by_table": 1,
+        "unknown": 0,
+        "scored": 4,
+        "cv_mean_mae": pytest.approx(
+            sum(abs(r - x) for r, x in zip(real, baseline, strict=True)) / 4, abs=1e-4
+        ),
+        "spearman": pytest.approx(spearman(real, baseline), abs=1e-4),
+        "model_cv_mean_mae": report["model_cv_mean_mae"],
+        "model_spearman": report["model_spearman"],
+    }
+    # a table never recorded: nothing to look up
+    on_wine = lookup_baseline(report, [_recorded(pipelines[0], table="wine")])
+    assert on_wine["unknown"] == 4 and on_wine["scored"] == 0 and on_wine["spearman"] is None
