@@ -291,7 +291,7 @@ def lookup_baseline(report: dict[str, Any], training: Sequence[Episode]) -> dict
             if score is None:
                 continue
             table = json.dumps(step.state.get("source"), sort_keys=True)
-            kinds.setdefault((table, str(call.arguments.get("model"))), []).append(score)
+            kinds.setdefault((table, str((call.arguments or {}).get("model"))), []).append(score)
             tables.setdefault(table, []).append(score)
     table = json.dumps(source_for(report["table"]), sort_keys=True)
     rows, found = [], {"by_kind": 0, "by_table": 0, "unknown": 0}
