@@ -48,7 +48,7 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ from simworld.data.records import (
     Episode,
     ToolCall,
     ToolCallsAction,
+    ToolResult,
     ToolResultsObservation,
 )
 from simworld.simulators.envs.datascience import DataScienceReal, datascience_env
@@ -239,16 +240,9 @@ def training_overlap(report: dict[str, Any], training: Sequence[Episode]) -> dic
     exactly say how the model does on what it never saw."""
     exact: set[tuple[str, str, str]] = set()
     steps = 0
-    for episode in training:
-        for step in episode.steps:
-            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
-            result = step.observation
-            if call is None or call.name != "train_cv" or not isinstance(step.state, dict):
-                continue
-            if not isinstance(result, ToolResultsObservation) or result.results[0].is_error:
-                continue
-            exact.add(_key(step.state.get("source"), step.state.get("pipeline"), call.arguments))
-            steps += 1
+    for state, call, _ in _successful_train_cv(training):
+        exact.add(_key(state.get("source"), state.get("pipeline"), call.arguments))
+        steps += 1
     by_call = {(source, args) for source, _, args in exact}
     source = source_for(report["table"])
     rows = []
@@ -279,20 +273,13 @@ def lookup_baseline(report: dict[str, Any], training: Sequence[Episode]) -> dict
     come with the model's over the same pipelines, so the two compare like for like."""
     kinds: dict[tuple[str, str], list[float]] = {}
     tables: dict[str, list[float]] = {}
-    for episode in training:
-        for step in episode.steps:
-            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
-            result = step.observation
-            if call is None or call.name != "train_cv" or not isinstance(step.state, dict):
-                continue
-            if not isinstance(result, ToolResultsObservation) or result.results[0].is_error:
-                continue
-            score = _score(result.results[0].structured)
-            if score is None:
-                continue
-            table = json.dumps(step.state.get("source"), sort_keys=True)
-            kinds.setdefault((table, str((call.arguments or {}).get("model"))), []).append(score)
-            tables.setdefault(table, []).append(score)
+    for state, call, result in _successful_train_cv(training):
+        score = _score(result.structured)
+        if score is None:
+            continue
+        table = json.dumps(state.get("source"), sort_keys=True)
+        kinds.setdefault((table, str((call.arguments or {}).get("model"))), []).append(score)
+        tables.setdefault(table, []).append(score)
     table = json.dumps(source_for(report["table"]), sort_keys=True)
     rows, found = [], {"by_kind": 0, "by_table": 0, "unknown": 0}
     for entry in report["per_pipeline"]:
@@ -315,6 +302,22 @@ def lookup_baseline(report: dict[str, Any], training: Sequence[Episode]) -> dict
         ),
         "model_spearman": _round(spearman(real, [m for _, _, m in rows])),
     }
+
+
+def _successful_train_cv(
+    training: Sequence[Episode],
+) -> Iterator[tuple[dict[str, JSON], ToolCall, ToolResult]]:
+    """Every recorded train_cv step of `training` that succeeded: its state (the table's
+    source and pipeline), its call and its result."""
+    for episode in training:
+        for step in episode.steps:
+            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
+            result = step.observation
+            if call is None or call.name != "train_cv" or not isinstance(step.state, dict):
+                continue
+            if not isinstance(result, ToolResultsObservation) or result.results[0].is_error:
+                continue
+            yield step.state, call, result.results[0]
 
 
 def _key(source: JSON, pipeline: JSON, args: JSON) -> tuple[str, str, str]:
