@@ -70,6 +70,12 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         help="the trained tokenizer makes every digit its own token (for numeric targets, "
         "e.g. the datascience metrics); from scratch only",
     )
+    sft.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bf16 autocast of the forward pass (weights, optimizer, loss stay fp32); only on "
+        "CPUs with bf16 instructions (AVX512-BF16, AMX), elsewhere it stays off and says so",
+    )
     _configure_grpo(recipes)
     _configure_mdlm(recipes)
     return _recipe
@@ -263,6 +269,7 @@ def _sft(args: argparse.Namespace) -> int:
             example_tokens=args.example_tokens,
             copy_augment=args.copy_augment,
             split_digits=args.split_digits,
+            bf16=args.bf16,
             init=args.init,
             lr=args.lr,
         )

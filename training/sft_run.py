@@ -93,6 +93,7 @@ class SFTRun:
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
     split_digits: bool = False  # the trained tokenizer makes every digit its own token
+    bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
         if self.preset not in RECIPES:
@@ -128,7 +129,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         recipe = replace(recipe, example_tokens=run.example_tokens)
     if run.copy_augment is not None:
         recipe = replace(recipe, copy_variants=run.copy_augment)
-    cfg = SFTConfig.preset(run.preset)
+    cfg = replace(SFTConfig.preset(run.preset), bf16=run.bf16)
     tokenizer: PreTrainedTokenizerBase | int | None = None  # a base counts approximately
     base = run.base  # the weights to start from: a pretrained base, or the continued start
     if run.init is not None:

@@ -21,7 +21,7 @@ from simworld.data.records import (
     ToolResultsObservation,
 )
 from simworld.training.data import load_split, to_examples
-from simworld.training.sft import SFTConfig, train_sft
+from simworld.training.sft import SFTConfig, train_sft, use_bf16
 from simworld.training.sft_run import SFTRun, reproduce_val_metrics, run_sft
 from simworld.worldmodel import load_world_model
 from simworld.worldmodel.ar import ARConfig
@@ -235,6 +235,17 @@ def test_split_digits_trains_a_digit_by_digit_tokenizer(tmp_path: Path) -> None:
     assert [t for t in tok.tokenize('{"row": 12, "col": 305}') if t.isdigit()] == list("12305")
     with pytest.raises(ValueError, match="drop split_digits"):
         SFTRun(out="x", init="default", split_digits=True)
+
+
+def test_bf16_autocast_learns_and_records_whether_the_cpu_ran_it(tmp_path: Path) -> None:
+    assert not SFTConfig.preset("default").bf16 and not SFTConfig.preset("tiny").bf16
+    metrics = run_sft(
+        SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20, bf16=True)
+    )
+    assert metrics["train_losses"][-1] < metrics["train_losses"][0]  # it learns under autocast
+    args = read_meta(tmp_path).training_args
+    assert args["bf16"] is True
+    assert args["bf16_used"] == use_bf16(SFTConfig(bf16=True))  # only where the CPU has it
 
 
 def test_epochs_sets_the_number_of_passes(tmp_path: Path) -> None:
