@@ -150,6 +150,16 @@ def use_bf16(cfg: SFTConfig) -> bool:
     return cfg.bf16 and native
 
 
+def _batch_loss(model: Any, batch: dict[str, torch.Tensor], bf16: bool) -> torch.Tensor:
+    """The mean target-token loss of one collated batch, the forward pass under bf16
+    autocast when `bf16` (the loss itself in fp32)."""
+    labels = batch.pop("labels")  # (B, T)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logits = model(**batch).logits  # (B, T, V)
+    loss, _ = target_loss(logits.float(), labels)
+    return loss
+
+
 def lr_factor(step: int, warmup: int, total: int, min_ratio: float) -> float:
     """Learning-rate multiplier: linear warmup to 1, then cosine decay to `min_ratio`."""
     if step < warmup:
@@ -345,11 +355,7 @@ def train_sft(
     started, seen, base_seconds = time.monotonic(), 0, run["seconds"]
     while run["step"] < len(plan):
         rows = plan[run["step"]]
-        batch = collate(rows, data, tok.pad_token_id)
-        labels = batch.pop("labels")  # (B, T)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            logits = model(**batch).logits  # (B, T, V)
-        loss, _ = target_loss(logits.float(), labels)
+        loss = _batch_loss(model, collate(rows, data, tok.pad_token_id), bf16)
         opt.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
