@@ -25,6 +25,11 @@ model answered (`model_*`: a cheap train_cv runs for real in both runs and agree
 exactly), whether both runs pick the same best pipeline, and the regret: the best real
 score minus the real score of the routed pick.
 
+With `--samples K` the model's floats (cv_mean, cv_std, ...) are the mean of K sampled
+predictions instead of greedy's digits (`simworld.worldmodel.sample_mean.SampleMean`), in
+both the search and the transition accuracy; the K rows are decoded in one batched call,
+and their time counts in the routed run.
+
 Training overlap (`--train DUMP...`, the model's training dumps): how many of the
 model-answered pipelines were recorded in training exactly (same table, pipeline and
 train_cv arguments, a successful result) or with the same train_cv call after another
@@ -511,6 +516,13 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "and score a lookup baseline",
     )
     parser.add_argument(
+        "--samples",
+        type=int,
+        default=0,
+        help="answer each float (cv_mean, ...) with the mean of this many sampled "
+        "predictions (simworld.worldmodel.sample_mean); 0: greedy alone",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared CPU)"
     )
     parser.add_argument("--json", type=Path, help="write the report here too")  # fmt: skip
@@ -521,20 +533,29 @@ def _run(args: argparse.Namespace) -> int:
     import torch
 
     from simworld.data.formats import DumpError, read_episodes
+    from simworld.worldmodel.sample_mean import SampleMean
     from simworld.worldmodel.world_model import load_world_model
 
     torch.set_num_threads(args.threads)
     try:
         cfg = SearchConfig(args.table, args.pipelines, args.seed, args.threshold, args.max_seconds)
         began = time.perf_counter()
-        model = load_world_model(args.model)
+        if args.samples < 0:
+            raise ValueError(f"--samples must be >= 0, got {args.samples}")
+        model: WorldModel = load_world_model(args.model)
+        if args.samples:
+            model = SampleMean(model, samples=args.samples)
         loaded = time.perf_counter() - began
         test = read_episodes(args.test).episodes if args.test else []
         training = [e for path in args.train for e in read_episodes(path).episodes]
     except (ValueError, OSError, DumpError) as exc:
         print(f"simworld bench pipeline: {exc}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"model": args.model, "model_load_seconds": round(loaded, 2)}
+    report: dict[str, Any] = {
+        "model": args.model,
+        "samples": args.samples,
+        "model_load_seconds": round(loaded, 2),
+    }
     report.update(pipeline_search(cfg, model))
     if args.train:
         report["training_overlap"] = training_overlap(report, training)

@@ -208,6 +208,8 @@ def test_the_command_is_registered_and_refuses_bad_input(
     args = ["bench", "pipeline", "--model", "default", "--table", "iris", "--train", str(missing)]
     assert main(args) == 2  # before any pipeline runs
     assert str(missing) in capsys.readouterr().err
+    assert main(["bench", "pipeline", "--model", "default", "--samples", "-1"]) == 2
+    assert "--samples must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_lookup_baseline_answers_with_the_recorded_mean_of_the_same_table_and_model() -> None:
