@@ -66,9 +66,13 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
     )
     sft.add_argument(
         "--split-digits",
-        action="store_true",
-        help="the trained tokenizer makes every digit its own token (for numeric targets, "
-        "e.g. the datascience metrics); from scratch only",
+        nargs="?",
+        const="all",
+        default="",
+        choices=["all", "decimals"],
+        help="the trained tokenizer makes every digit its own token (all, the default when "
+        "the flag is given: for numeric targets, e.g. the datascience metrics) or only the "
+        "digits of decimal literals (decimals: ids and counts stay merged); from scratch only",
     )
     sft.add_argument(
         "--bf16",

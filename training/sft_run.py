@@ -40,7 +40,12 @@ from simworld.worldmodel.retrieval import (
     recorded_steps,
     save_memory,
 )
-from simworld.worldmodel.tokenizer import load_tokenizer, token_counter, train_tokenizer
+from simworld.worldmodel.tokenizer import (
+    DIGIT_SPLITS,
+    load_tokenizer,
+    token_counter,
+    train_tokenizer,
+)
 from simworld.worldmodel.world_model import default_checkpoint, trained_budget
 
 
@@ -92,7 +97,7 @@ class SFTRun:
     copy_augment: int | None = None  # renamed variants per tool-call pair (None: the preset's)
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
-    split_digits: bool = False  # the trained tokenizer makes every digit its own token
+    split_digits: str = ""  # "all" / "decimals": which digits the trained tokenizer splits
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -106,6 +111,8 @@ class SFTRun:
             raise ValueError(
                 "init continues a checkpoint with its own recipe: drop base and example_tokens"
             )
+        if self.split_digits not in DIGIT_SPLITS:
+            raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {self.split_digits!r}")
         if self.split_digits and (self.base is not None or self.init is not None):
             raise ValueError(
                 "split_digits shapes a tokenizer trained from scratch: a base or an init "
@@ -197,13 +204,14 @@ def build_pairs(
     run: DataArgs,
     recipe: Recipe,
     tokenizer: PreTrainedTokenizerBase | int | None,
-    split_digits: bool = False,
+    split_digits: str = "",
 ) -> Pairs:
     """The (prompt, target) pairs `run`'s data makes under `recipe` (shared by SFT and MDLM
     training). `tokenizer`: the one to count with; an int trains a byte-level BPE of that
-    size first (on pairs sized by the approximate count; `split_digits`: one token per
-    digit), then sizes the pairs in its own tokens; None keeps the approximate count. With
-    an example budget the train steps are saved as the retrieval memory in `run.out`."""
+    size first (on pairs sized by the approximate count; `split_digits`: which digits get
+    a token each, see `train_tokenizer`), then sizes the pairs in its own tokens; None
+    keeps the approximate count. With an example budget the train steps are saved as the
+    retrieval memory in `run.out`."""
     train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
     val_eps = load_split("val", run.val_data, run.envs)
     budget = Budget(total=recipe.budget_tokens, example=recipe.example_tokens)

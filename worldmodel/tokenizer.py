@@ -21,21 +21,30 @@ import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 PAD, EOS, BOS = "<pad>", "<eos>", "<bos>"
 SPECIAL_TOKENS = [PAD, EOS, BOS]
+DIGIT_SPLITS = ("", "all", "decimals")  # train_tokenizer's split_digits
+# A digit of a decimal literal: one before the point (a point and a digit follow), or one
+# of the first 12 after it (fixed-length look-behinds: Oniguruma allows no other kind).
+_DECIMAL_DIGIT = r"\d(?=\d*\.\d)|" + "|".join(rf"(?<=\.\d{{{k}}})\d" for k in range(12))
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2, split_digits: bool = False
+    texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2, split_digits: str = ""
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE of at most `vocab_size` tokens (special tokens included).
 
-    `split_digits` makes every digit its own token (no merges across digits), so a number is
-    generated digit by digit: a multi-digit vocabulary spreads a value's probability over
-    many tokens and greedy decoding then prefers a short number (0.3 for 0.8345)."""
+    `split_digits="all"` makes every digit its own token (no merges across digits), so a
+    number is generated digit by digit: a multi-digit vocabulary spreads a value's
+    probability over many tokens and greedy decoding then prefers a short number (0.3 for
+    0.8345). `"decimals"` does so only for the digits of a decimal literal (`20.0`,
+    `0.8345`: up to 12 decimals), and other digit runs (ids such as 67410, counts) merge as
+    usual; `""` merges every digit run."""
+    if split_digits not in DIGIT_SPLITS:
+        raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {split_digits!r}")
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(
             f"vocab_size={vocab_size} cannot hold the 256 byte symbols and "
@@ -44,11 +53,15 @@ def train_tokenizer(
     tok = Tokenizer(models.BPE())
     # use_regex splits words/digits/punctuation before merging, as GPT-2 does
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.pre_tokenizer = (
-        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-        if split_digits
-        else byte_level
-    )
+    if split_digits:
+        digits: pre_tokenizers.PreTokenizer = (
+            pre_tokenizers.Digits(individual_digits=True)
+            if split_digits == "all"
+            else pre_tokenizers.Split(Regex(_DECIMAL_DIGIT), behavior="isolated")
+        )
+        tok.pre_tokenizer = pre_tokenizers.Sequence([digits, byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -227,14 +227,16 @@ def test_init_refuses_a_second_recipe() -> None:
 
 def test_split_digits_trains_a_digit_by_digit_tokenizer(tmp_path: Path) -> None:
     metrics = run_sft(
-        SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20, split_digits=True)
+        SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20, split_digits="all")
     )
     assert metrics["step"] > 0
     _, tok, meta = load_checkpoint(tmp_path)
-    assert meta.training_args["split_digits"] is True
+    assert meta.training_args["split_digits"] == "all"
     assert [t for t in tok.tokenize('{"row": 12, "col": 305}') if t.isdigit()] == list("12305")
     with pytest.raises(ValueError, match="drop split_digits"):
-        SFTRun(out="x", init="default", split_digits=True)
+        SFTRun(out="x", init="default", split_digits="all")
+    with pytest.raises(ValueError, match="split_digits is one of"):
+        SFTRun(out="x", split_digits="yes")
 
 
 def test_bf16_autocast_learns_and_records_whether_the_cpu_ran_it(tmp_path: Path) -> None:

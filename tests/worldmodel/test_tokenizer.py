@@ -47,10 +47,24 @@ def test_split_digits_gives_every_digit_its_own_token_and_stays_lossless(tmp_pat
     text = '{"cv_mean":0.8345,"n":120, "x": "a12"}'
     merged = train_tokenizer(TEXTS + metrics, vocab_size=400)
     assert any(len(t) > 1 and t.isdigit() for t in merged.tokenize(text))  # the default merges
-    tok = train_tokenizer(TEXTS + metrics, vocab_size=400, split_digits=True)
+    tok = train_tokenizer(TEXTS + metrics, vocab_size=400, split_digits="all")
     tokens = tok.tokenize(text)
     assert [t for t in tokens if any(c.isdigit() for c in t)] == list("0834512012")
     tok.save_pretrained(str(tmp_path))
     loaded = load_tokenizer(tmp_path)
     for sample in (text, *TEXTS[:3]):
         assert decode(loaded, encode(loaded, sample)) == sample
+
+
+def test_decimal_split_gives_the_digits_of_decimal_literals_a_token_each() -> None:
+    ids = [json.dumps({"message_id": 67410 + i, "fuelLevel": 20.5 + i}) for i in range(40)]
+    tok = train_tokenizer(TEXTS + ids, vocab_size=400, split_digits="decimals")
+    text = '{"fuelLevel": 20.25, "new_id": 67410, "card": "391310425148", "v": 0.8345}'
+    digit_tokens = [t.lstrip("Ġ") for t in tok.tokenize(text) if any(c.isdigit() for c in t)]
+    # 20.25 and 0.8345 digit by digit; the integer and the digit string as merged runs
+    assert digit_tokens[:4] == list("2025") and digit_tokens[-5:] == list("08345")
+    assert any(len(t) > 1 for t in digit_tokens[4:-5])
+    assert "".join(digit_tokens[4:-5]) == "67410391310425148"
+    assert decode(tok, encode(tok, text)) == text
+    with pytest.raises(ValueError, match="split_digits is one of"):
+        train_tokenizer(TEXTS, vocab_size=400, split_digits="some")
