@@ -6,7 +6,9 @@ byte-level BPE tokenizer, the autoregressive model (from scratch, a local HF dir
 the GGUF SmolLM2-135M-Instruct), the masked-diffusion model (`mdlm`: a prefix encoded once,
 the target denoised in K parallel steps; `mdlm_sample.MDLMEngine` serves it), checkpoints
 of either kind, and the inference engines (transformers with its own decode path, any
-OpenAI-compatible endpoint, vLLM untested). Importing this package does not import torch.
+OpenAI-compatible endpoint, vLLM untested), and `sample_mean.SampleMean`, a wrapper that
+answers each predicted float with the mean of K sampled predictions. Importing this
+package does not import torch.
 
     from simworld.worldmodel import load_world_model
     wm = load_world_model("path/to/checkpoint")
