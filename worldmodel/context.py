@@ -225,6 +225,9 @@ def _assemble(
     budget: Budget | None,
     steering: Sequence[str],
 ) -> Context:
+    """The blocks within the budget, the called tools' schemas whole; only when that cannot
+    fit, again with the descriptions inside those schemas left out (so every prompt that
+    fits with whole schemas is the same as before this fallback existed)."""
     budget = budget or Budget()
     count = budget.count
     view = view_for(episode)
@@ -254,6 +257,19 @@ def _assemble(
         tracks_state=state is not None,
         previous=observation_text(before) if before is not None else "",
     )
+    try:
+        return _fill(ctx, renderers, budget)
+    except BudgetError as whole:
+        renderers["tools"] = lambda b: tools_block(episode.tools, action, b, count, True)
+        try:
+            return _fill(ctx, renderers, budget)
+        except BudgetError as elided:
+            raise elided from whole
+
+
+def _fill(ctx: Context, renderers: Mapping[str, Renderer], budget: Budget) -> Context:
+    """`ctx` with its flexible blocks rendered so that the whole prompt fits the budget."""
+    count = budget.count
     spare = budget.total
     for _ in range(4):  # counts need not add up across blocks: re-fit on what is left over
         room = spare - count(render_prompt(ctx))
@@ -429,35 +445,70 @@ def rules_block(rules: Sequence[str], budget: int, count: Count) -> str:
     return fit(render, len(steps) + 1, budget, count, "rules")
 
 
-def _tool_json(tool: ToolSpec, chars: int | None) -> dict[str, JSON]:
+def _tool_json(tool: ToolSpec, chars: int | None, schema_chars: int | None) -> dict[str, JSON]:
     out: dict[str, JSON] = {"name": tool.name, "description": _elide(tool.description, chars)}
-    out["input_schema"] = tool.input_schema
+    out["input_schema"] = _described(tool.input_schema, schema_chars)
     if tool.output_schema is not None:
-        out["output_schema"] = tool.output_schema
+        out["output_schema"] = _described(tool.output_schema, schema_chars)
+    if schema_chars == 0:
+        out["schema_descriptions"] = "left out"
     return out
 
 
+def _described(schema: JSON, chars: int | None) -> JSON:
+    """`schema` with every "description" string elided to `chars` (0: the key removed)."""
+    if chars is None:
+        return schema
+    if isinstance(schema, list):
+        return [_described(item, chars) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, JSON] = {}
+    for key, value in schema.items():
+        if key == "description" and isinstance(value, str):
+            if chars > 0:
+                out[key] = _elide(value, chars)
+        else:
+            out[key] = _described(value, chars)
+    return out
+
+
+# (other tools' names kept, the called tools' description chars, their schemas' description
+# chars): the last three steps are taken only when whole schemas cannot fit (`_assemble`)
 _TOOL_STEPS = ((None, None), *((k, None) for k in (24, 12, 6, 3, 0)), (0, 300), (0, 120), (0, 0))
+_SCHEMA_CHARS = (120, 40, 0)
 
 
-def tools_block(tools: Sequence[ToolSpec], action: Action, budget: int, count: Count) -> str:
+def tools_block(
+    tools: Sequence[ToolSpec],
+    action: Action,
+    budget: int,
+    count: Count,
+    elide_schemas: bool = False,
+) -> str:
     """{"tools": the called tools in full, "other_tools": the others' names}; the names
-    are elided first, then the called tools' descriptions (their schemas stay whole)."""
+    are elided first, then the called tools' descriptions (their schemas stay whole); with
+    `elide_schemas`, then the descriptions inside their schemas, down to none (marked)."""
     if not tools:
         return ""
     called = [] if isinstance(action, TextAction) else [c.name for c in action.calls]
     by_name = {tool.name: tool for tool in tools}
     names = list(dict.fromkeys(n for n in called if n in by_name))
     others = [tool.name for tool in tools if tool.name not in names]
+    steps: list[tuple[int | None, int | None, int | None]]
+    steps = [(items, chars, None) for items, chars in _TOOL_STEPS]
+    if elide_schemas:
+        steps += [(0, 0, schema_chars) for schema_chars in _SCHEMA_CHARS]
 
     def render(i: int) -> str:
-        items, chars = _TOOL_STEPS[i]
-        value: dict[str, JSON] = {"tools": [_tool_json(by_name[n], chars) for n in names]}
+        items, chars, schema_chars = steps[i]
+        tools_json = [_tool_json(by_name[n], chars, schema_chars) for n in names]
+        value: dict[str, JSON] = {"tools": tools_json}
         if others:
             value["other_tools"] = shrink(others, LEVELS[0] if items is None else _items(items))
         return compact(value)
 
-    return fit(render, len(_TOOL_STEPS), budget, count, "tools")
+    return fit(render, len(steps), budget, count, "tools")
 
 
 def _items(items: int) -> Level:

@@ -1,14 +1,16 @@
 """Contexts within budgets: on every bundled step (long-context BFCL included) the plain
 prompt never exceeds its budget, with the default estimate and with a stricter counter;
-blocks shrink before anything is refused; a refusal names the block."""
+blocks shrink before anything is refused (the called tools' schema descriptions last, and
+only when whole schemas cannot fit); a refusal names the block."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
-from simworld.data.records import Episode, Step, TextAction
+from simworld.data.records import Episode, Step, TextAction, ToolCallsAction
 from simworld.worldmodel.context import (
     Budget,
     Context,
@@ -64,6 +66,39 @@ def test_blocks_shrink_in_order(train: list[Episode]) -> None:
     assert len(tight.state) < len(roomy.state) or roomy.state == tight.state
     assert tight.action == roomy.action  # the action is never cut
     assert '"tools":[{"name":' in tight.tools  # nor the called tool's schema
+
+
+def _strip_descriptions(schema: object) -> object:
+    if isinstance(schema, dict):
+        return {k: _strip_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_strip_descriptions(v) for v in schema]
+    return schema
+
+
+def test_schemas_lose_descriptions_only_when_whole_ones_cannot_fit(train: list[Episode]) -> None:
+    """displayCarStatus's output schema (~2,300 characters, mostly descriptions): at 1,000
+    estimated tokens it stays whole; at 900 and below, where the whole schema cannot fit, the
+    prompt still fits with every description inside the schemas left out (marked), and the
+    schemas' structure (property names, types, required) kept exactly."""
+    episode, index = next(
+        (e, i)
+        for e in train
+        for i, s in enumerate(e.steps)
+        if isinstance(s.action, ToolCallsAction)
+        and any(c.name == "displayCarStatus" for c in s.action.calls)
+    )
+    spec = next(t for t in episode.tools if t.name == "displayCarStatus")
+    whole = json.loads(build_context(episode, index, Budget(1000)).tools)["tools"][0]
+    assert whole["output_schema"] == spec.output_schema and "schema_descriptions" not in whole
+    for total in (900, 400):
+        ctx = build_context(episode, index, Budget(total))
+        assert approx_tokens(render_prompt(ctx)) <= total
+        shown = json.loads(ctx.tools)["tools"][0]
+        assert shown["schema_descriptions"] == "left out"
+        assert shown["input_schema"] == _strip_descriptions(spec.input_schema)
+        assert shown["output_schema"] == _strip_descriptions(spec.output_schema)
+        assert ctx.action == build_context(episode, index, Budget(1000)).action
 
 
 def test_refusals_name_the_block(train: list[Episode]) -> None:
