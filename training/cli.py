@@ -68,11 +68,19 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "--split-digits",
         nargs="?",
         const="all",
-        default="",
-        choices=["all", "decimals"],
+        default=None,
+        choices=["all", "decimals", "none"],
         help="the trained tokenizer makes every digit its own token (all, the default when "
-        "the flag is given: for numeric targets, e.g. the datascience metrics) or only the "
-        "digits of decimal literals (decimals: ids and counts stay merged); from scratch only",
+        "the flag is given: for numeric targets, e.g. the datascience metrics), only the "
+        "digits of decimal literals (decimals: ids and counts stay merged; the default "
+        "preset's), or none; from scratch only",
+    )
+    sft.add_argument(
+        "--max-target-tokens",
+        type=int,
+        metavar="N",
+        help="the longest target learned, in tokens; longer ones are counted and left out "
+        "(default: the preset's, 192 for default)",
     )
     sft.add_argument(
         "--bf16",
@@ -272,7 +280,8 @@ def _sft(args: argparse.Namespace) -> int:
             lora_r=args.lora_r,
             example_tokens=args.example_tokens,
             copy_augment=args.copy_augment,
-            split_digits=args.split_digits,
+            split_digits="" if args.split_digits == "none" else args.split_digits,
+            max_target_tokens=args.max_target_tokens,
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,

@@ -7,9 +7,10 @@ A tiny CPU run (seconds), as its test does:
     metrics = run_mdlm(MDLMRun(preset="tiny", out="out/mdlm-tiny", envs=("frozenlake",),
                                limit=40))
 
-The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, longest
-target, env caps, example block), so an MDLM and an AR model of one preset learn the same
-pairs. The target bound L is the recipe's longest target + 1 (its <eos>). The tokenizer is
+The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, env caps,
+example block) with MDLM's own longest target (`MDLM_TARGET_TOKENS`: 112 in `default`, where
+the AR preset now learns up to 192), so an MDLM learns the AR pairs whose targets fit its
+bound. The target bound L is that longest target + 1 (its <eos>). The tokenizer is
 trained the same way (byte-level BPE of the preset's size), or taken from an AR checkpoint
 (`tokenizer`, e.g. "default") so that both models see identical tokens. `init` starts from
 an AR checkpoint instead of a fresh model (`worldmodel/mdlm_adapt.py`: its weights and
@@ -33,6 +34,10 @@ from simworld.worldmodel.mdlm_adapt import mdlm_config_from_ar, mdlm_from_ar
 from simworld.worldmodel.render import SERIALIZATION_VERSION
 from simworld.worldmodel.tokenizer import load_tokenizer
 from simworld.worldmodel.world_model import default_checkpoint
+
+# MDLM denoises its whole target span at every step, so it keeps the 112-token bound its
+# figures were measured with; the AR default preset learns targets of up to 192 tokens
+MDLM_TARGET_TOKENS = {"tiny": 48, "default": 112}
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class MDLMRun:
 
 def run_mdlm(run: MDLMRun) -> dict[str, Any]:
     """Build the pairs, train, write the checkpoint to `run.out`; return its metrics."""
-    recipe = RECIPES[run.preset]
+    recipe = replace(RECIPES[run.preset], max_target_tokens=MDLM_TARGET_TOKENS[run.preset])
     cfg = MDLMTrainConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
     source = run.tokenizer or run.init

@@ -61,6 +61,7 @@ class Recipe:
     env_caps: tuple[tuple[str, int], ...] = ()
     example_tokens: int = 0  # the example block's budget, on top of budget_tokens (0: none)
     copy_variants: int = 0  # renamed variants per tool-call pair (training.augment; 0: none)
+    split_digits: str = ""  # which digits the from-scratch tokenizer splits ("", all, decimals)
 
 
 # The default trains without the example block: with a 160-token block (and FrozenLake
@@ -70,7 +71,12 @@ class Recipe:
 # tiny preset keeps a small block so that tests run the retrieval path.
 RECIPES = {
     "tiny": Recipe(budget_tokens=160, max_target_tokens=48, example_tokens=64),
-    "default": Recipe(budget_tokens=384, max_target_tokens=112, env_caps=(("frozenlake", 1500),)),
+    "default": Recipe(
+        budget_tokens=384,
+        max_target_tokens=192,
+        env_caps=(("frozenlake", 1500),),
+        split_digits="decimals",
+    ),
 }
 
 
@@ -97,7 +103,10 @@ class SFTRun:
     copy_augment: int | None = None  # renamed variants per tool-call pair (None: the preset's)
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
-    split_digits: str = ""  # "all" / "decimals": which digits the trained tokenizer splits
+    # which digits the from-scratch tokenizer splits: "" (none), "all", "decimals"; None:
+    # the preset's for a tokenizer trained from scratch, none for a base or an init
+    split_digits: str | None = None
+    max_target_tokens: int | None = None  # the longest target learned (None: the preset's)
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -111,7 +120,11 @@ class SFTRun:
             raise ValueError(
                 "init continues a checkpoint with its own recipe: drop base and example_tokens"
             )
-        if self.split_digits not in DIGIT_SPLITS:
+        if self.max_target_tokens is not None and self.max_target_tokens < 1:
+            raise ValueError(f"max_target_tokens must be >= 1, got {self.max_target_tokens}")
+        if self.max_target_tokens is not None and self.init is not None:
+            raise ValueError("init continues a checkpoint with its own longest target")
+        if self.split_digits is not None and self.split_digits not in DIGIT_SPLITS:
             raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {self.split_digits!r}")
         if self.split_digits and (self.base is not None or self.init is not None):
             raise ValueError(
@@ -136,6 +149,11 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         recipe = replace(recipe, example_tokens=run.example_tokens)
     if run.copy_augment is not None:
         recipe = replace(recipe, copy_variants=run.copy_augment)
+    if run.max_target_tokens is not None:
+        recipe = replace(recipe, max_target_tokens=run.max_target_tokens)
+    from_scratch = run.base is None and run.init is None
+    split_digits = recipe.split_digits if run.split_digits is None else run.split_digits
+    split_digits = split_digits if from_scratch else ""
     cfg = replace(SFTConfig.preset(run.preset), bf16=run.bf16)
     tokenizer: PreTrainedTokenizerBase | int | None = None  # a base counts approximately
     base = run.base  # the weights to start from: a pretrained base, or the continued start
@@ -145,7 +163,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     elif run.base is None:
         resumed = Path(run.out) / "resume"
         tokenizer = load_tokenizer(resumed) if run.resume else cfg.vocab_size
-    pairs = build_pairs(run, recipe, tokenizer, split_digits=run.split_digits)
+    pairs = build_pairs(run, recipe, tokenizer, split_digits=split_digits)
     train, val, tokenizer = pairs.train, pairs.val, pairs.tokenizer
     train_report, val_report = pairs.train_report, pairs.val_report
     # prompt (blocks + example) + target + eos
@@ -175,7 +193,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
-        "split_digits": run.split_digits,
+        "split_digits": split_digits,
         "max_new_tokens": cfg.max_new_tokens,
         "data": list(run.data) or ["bundled:train"],
         "val_data": list(run.val_data) or ["bundled:val"],

@@ -22,7 +22,7 @@ from simworld.data.records import (
 )
 from simworld.training.data import load_split, to_examples
 from simworld.training.sft import SFTConfig, train_sft, use_bf16
-from simworld.training.sft_run import SFTRun, reproduce_val_metrics, run_sft
+from simworld.training.sft_run import RECIPES, SFTRun, reproduce_val_metrics, run_sft
 from simworld.worldmodel import load_world_model
 from simworld.worldmodel.ar import ARConfig
 from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
@@ -237,6 +237,23 @@ def test_split_digits_trains_a_digit_by_digit_tokenizer(tmp_path: Path) -> None:
         SFTRun(out="x", init="default", split_digits="all")
     with pytest.raises(ValueError, match="split_digits is one of"):
         SFTRun(out="x", split_digits="yes")
+
+
+def test_the_preset_sets_the_digit_split_and_the_longest_target(tmp_path: Path) -> None:
+    """The default preset splits decimal digits and learns targets of up to 192 tokens;
+    `max_target_tokens` overrides the bound (recorded as the model's max_new_tokens)."""
+    assert (RECIPES["default"].split_digits, RECIPES["default"].max_target_tokens) == (
+        "decimals",
+        192,
+    )
+    tiny = SFTRun(out=tmp_path, preset="tiny", envs=("frozenlake",), limit=20, max_target_tokens=40)
+    run_sft(tiny)
+    args = read_meta(tmp_path).training_args
+    assert (args["max_new_tokens"], args["split_digits"]) == (41, "")
+    with pytest.raises(ValueError, match="max_target_tokens must be >= 1"):
+        SFTRun(out="x", max_target_tokens=0)
+    with pytest.raises(ValueError, match="its own longest target"):
+        SFTRun(out="x", init="default", max_target_tokens=64)
 
 
 def test_bf16_autocast_learns_and_records_whether_the_cpu_ran_it(tmp_path: Path) -> None:
