@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -158,7 +159,12 @@ def test_bfcl_on_the_default_model_starts_within_a_minute_and_records(tmp_path: 
             call = {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
             reply = http.post(f"/v1/episodes/{eid}/step", json={"tool_calls": [call]}).json()
             assert reply["info"]["source"] == "model"
-            assert "simworld_batch_size_count 1" in http.get("/metrics").text
+            metrics = http.get("/metrics").text
+    # one session: every decode step of the continuous batch held exactly its one row
+    rows = re.search(r"^simworld_batch_size_sum ([0-9.]+)$", metrics, re.M)
+    steps = re.search(r"^simworld_batch_size_count ([0-9]+)$", metrics, re.M)
+    assert rows is not None and steps is not None, metrics
+    assert int(steps.group(1)) >= 1 and float(rows.group(1)) == int(steps.group(1))
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
     assert len(lines) == 3  # the header, the episode, its one step
     assert eid not in dump.read_text()  # the session id (a capability) is never written
