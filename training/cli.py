@@ -83,6 +83,13 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "(default: the preset's, 192 for default)",
     )
     sft.add_argument(
+        "--no-state-focus",
+        action="store_true",
+        help="render states with the plain view, not the action-focused one (the default "
+        "and tiny presets focus: what the action's arguments name is kept first and shown "
+        "in more detail, numbers and flags before other entries)",
+    )
+    sft.add_argument(
         "--bf16",
         action="store_true",
         help="bf16 autocast of the forward pass (weights, optimizer, loss stay fp32); only on "
@@ -282,6 +289,7 @@ def _sft(args: argparse.Namespace) -> int:
             copy_augment=args.copy_augment,
             split_digits="" if args.split_digits == "none" else args.split_digits,
             max_target_tokens=args.max_target_tokens,
+            state_focus=False if args.no_state_focus else None,
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,

@@ -10,7 +10,8 @@ A tiny CPU run (seconds), as its test does:
 The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, env caps,
 example block) with MDLM's own longest target (`MDLM_TARGET_TOKENS`: 112 in `default`, where
 the AR preset now learns up to 192), so an MDLM learns the AR pairs whose targets fit its
-bound. The target bound L is that longest target + 1 (its <eos>). The tokenizer is
+bound, and with the plain state view (`MDLM_STATE_FOCUS`; an `init` run takes its AR
+checkpoint's view). The target bound L is that longest target + 1 (its <eos>). The tokenizer is
 trained the same way (byte-level BPE of the preset's size), or taken from an AR checkpoint
 (`tokenizer`, e.g. "default") so that both models see identical tokens. `init` starts from
 an AR checkpoint instead of a fresh model (`worldmodel/mdlm_adapt.py`: its weights and
@@ -29,6 +30,7 @@ from transformers import PreTrainedTokenizerBase
 
 from simworld.training.mdlm import MDLMTrainConfig, train_mdlm
 from simworld.training.sft_run import RECIPES, build_pairs
+from simworld.worldmodel.checkpoint import read_meta
 from simworld.worldmodel.mdlm import MDLM
 from simworld.worldmodel.mdlm_adapt import mdlm_config_from_ar, mdlm_from_ar
 from simworld.worldmodel.render import SERIALIZATION_VERSION
@@ -38,6 +40,9 @@ from simworld.worldmodel.world_model import default_checkpoint
 # MDLM denoises its whole target span at every step, so it keeps the 112-token bound its
 # figures were measured with; the AR default preset learns targets of up to 192 tokens
 MDLM_TARGET_TOKENS = {"tiny": 48, "default": 112}
+# From scratch MDLM also keeps the plain state view its figures were measured with; adapted
+# from an AR checkpoint (`init`) it renders states as that checkpoint was trained to
+MDLM_STATE_FOCUS = False
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,14 @@ class MDLMRun:
 
 def run_mdlm(run: MDLMRun) -> dict[str, Any]:
     """Build the pairs, train, write the checkpoint to `run.out`; return its metrics."""
-    recipe = replace(RECIPES[run.preset], max_target_tokens=MDLM_TARGET_TOKENS[run.preset])
+    recipe = replace(
+        RECIPES[run.preset],
+        max_target_tokens=MDLM_TARGET_TOKENS[run.preset],
+        state_focus=MDLM_STATE_FOCUS,
+    )
+    if run.init is not None:
+        init_args = read_meta(_checkpoint(run.init)).training_args
+        recipe = replace(recipe, state_focus=bool(init_args.get("state_focus", False)))
     cfg = MDLMTrainConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
     source = run.tokenizer or run.init
@@ -117,6 +129,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
     extra = {
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
+        "state_focus": recipe.state_focus,
         "budget_count": "tokenizer",
         "max_new_tokens": L,
         "tokenizer_from": run.tokenizer or run.init,

@@ -62,6 +62,7 @@ class Recipe:
     example_tokens: int = 0  # the example block's budget, on top of budget_tokens (0: none)
     copy_variants: int = 0  # renamed variants per tool-call pair (training.augment; 0: none)
     split_digits: str = ""  # which digits the from-scratch tokenizer splits ("", all, decimals)
+    state_focus: bool = False  # the action-focused state view (worldmodel.views.Focus)
 
 
 # The default trains without the example block: with a 160-token block (and FrozenLake
@@ -70,12 +71,13 @@ class Recipe:
 # stays the plain one. `SFTRun.example_tokens` (`--example-tokens`) turns the block on. The
 # tiny preset keeps a small block so that tests run the retrieval path.
 RECIPES = {
-    "tiny": Recipe(budget_tokens=160, max_target_tokens=48, example_tokens=64),
+    "tiny": Recipe(budget_tokens=160, max_target_tokens=48, example_tokens=64, state_focus=True),
     "default": Recipe(
         budget_tokens=384,
         max_target_tokens=192,
         env_caps=(("frozenlake", 1500),),
         split_digits="decimals",
+        state_focus=True,
     ),
 }
 
@@ -107,6 +109,7 @@ class SFTRun:
     # the preset's for a tokenizer trained from scratch, none for a base or an init
     split_digits: str | None = None
     max_target_tokens: int | None = None  # the longest target learned (None: the preset's)
+    state_focus: bool | None = None  # the action-focused state view (None: the preset's)
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -124,6 +127,8 @@ class SFTRun:
             raise ValueError(f"max_target_tokens must be >= 1, got {self.max_target_tokens}")
         if self.max_target_tokens is not None and self.init is not None:
             raise ValueError("init continues a checkpoint with its own longest target")
+        if self.state_focus is not None and self.init is not None:
+            raise ValueError("init continues a checkpoint with its own state view")
         if self.split_digits is not None and self.split_digits not in DIGIT_SPLITS:
             raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {self.split_digits!r}")
         if self.split_digits and (self.base is not None or self.init is not None):
@@ -151,6 +156,8 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         recipe = replace(recipe, copy_variants=run.copy_augment)
     if run.max_target_tokens is not None:
         recipe = replace(recipe, max_target_tokens=run.max_target_tokens)
+    if run.state_focus is not None:
+        recipe = replace(recipe, state_focus=run.state_focus)
     from_scratch = run.base is None and run.init is None
     split_digits = recipe.split_digits if run.split_digits is None else run.split_digits
     split_digits = split_digits if from_scratch else ""
@@ -190,6 +197,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     extra = {
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
+        "state_focus": recipe.state_focus,
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
@@ -232,7 +240,9 @@ def build_pairs(
     retrieval memory in `run.out`."""
     train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
     val_eps = load_split("val", run.val_data, run.envs)
-    budget = Budget(total=recipe.budget_tokens, example=recipe.example_tokens)
+    budget = Budget(
+        total=recipe.budget_tokens, example=recipe.example_tokens, state_focus=recipe.state_focus
+    )
     memory = None
     if recipe.example_tokens:
         memory = Retriever([r for ep in train_eps for r in recorded_steps(ep)])
@@ -291,6 +301,7 @@ def _continued(run: SFTRun, recipe: Recipe, cfg: SFTConfig) -> tuple[Path, Recip
         budget_tokens=int(args["budget_tokens"]),
         max_target_tokens=int(args["max_new_tokens"]) - 1,
         example_tokens=int(args.get("example_tokens", 0)),
+        state_focus=bool(args.get("state_focus", False)),
     )
     last = float(args.get("lr", cfg.lr)) * float(args.get("min_lr_ratio", cfg.min_lr_ratio))
     cfg = replace(cfg, lr=run.lr or last, warmup_steps=0, min_lr_ratio=1.0)

@@ -89,6 +89,7 @@ class Budget:
     shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     history_steps: int = 4
     example: int = 0  # tokens for the similar-recorded-step block, on top of `total`
+    state_focus: bool = False  # the action-focused state view (views.Focus; version 3)
 
     def __post_init__(self) -> None:
         if self.total <= 0:
@@ -230,7 +231,7 @@ def _assemble(
     fits with whole schemas is the same as before this fallback existed)."""
     budget = budget or Budget()
     count = budget.count
-    view = view_for(episode)
+    view = view_for(episode, budget.state_focus)
     renderers: dict[str, Renderer] = {
         "state": lambda b: "" if state is None else view.render(state, action, b, count),
         "tools": lambda b: tools_block(episode.tools, action, b, count),
@@ -282,11 +283,28 @@ def _fill(ctx: Context, renderers: Mapping[str, Renderer], budget: Budget) -> Co
             setattr(ctx, name, renderers[name](max(tokens - heading, 0)))
         over = count(render_prompt(ctx)) - budget.total
         if over <= 0:
-            return ctx
+            return _widen_state(ctx, renderers, allotted, budget) if budget.state_focus else ctx
         for name in allotted:
             setattr(ctx, name, "")
         spare -= over + 2
     raise BudgetError("prompt", count(render_prompt(ctx)), budget.total)
+
+
+def _widen_state(
+    ctx: Context, renderers: Mapping[str, Renderer], allotted: Mapping[str, int], budget: Budget
+) -> Context:
+    """`ctx` with its state block re-rendered into what the fitted prompt left unused (the
+    views shrink in coarse steps, so a block often ends well under its allotment), kept
+    when the prompt still fits. Only with `state_focus`: plain prompts stay as they were."""
+    if "state" not in allotted or not ctx.state:
+        return ctx
+    count = budget.count
+    heading = count(section("state", "x")) - count("x")
+    slack = budget.total - count(render_prompt(ctx))
+    if slack <= 0:
+        return ctx
+    wider = replace(ctx, state=renderers["state"](allotted["state"] - heading + slack))
+    return wider if count(render_prompt(wider)) <= budget.total else ctx
 
 
 def _allot(

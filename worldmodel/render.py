@@ -49,8 +49,11 @@ if TYPE_CHECKING:
 
 # Version 2 added the example block (a similar recorded step); without it a version-2 prompt
 # is byte for byte a version-1 prompt, so version-1 checkpoints load (with no example).
-SERIALIZATION_VERSION = 2
-READS_VERSIONS = ("1", "2")
+# Version 3 added the action-focused state view (`Budget.state_focus`, views.Focus), which a
+# checkpoint turns on with `state_focus` in its training arguments; without it a version-3
+# prompt is byte for byte a version-2 one.
+SERIALIZATION_VERSION = 3
+READS_VERSIONS = ("1", "2", "3")
 
 BLOCKS = ("state", "task", "tools", "rules", "steering", "history", "example", "action")
 HEADINGS = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from simworld.data.records import JSON, Action, Episode, ToolCallsAction
@@ -72,27 +72,141 @@ LEVELS = (
     Level(1, 2, 8),
     Level(0, 0, 0),
 )
+# The action-focused view's levels (Focus): one more before the last, which keeps only the
+# way to what the action names (opened, see Focus.opened).
+FOCUS_LEVELS = (*LEVELS[:-1], Level(1, 1, 8), LEVELS[-1])
 
 
-def shrink(value: JSON, level: Level) -> JSON:
-    """`value` cut down to `level`, with explicit markers where something was left out."""
+def shrink(value: JSON, level: Level, focus: Focus | None = None) -> JSON:
+    """`value` cut down to `level`, with explicit markers where something was left out.
+    With a `focus` (the action-focused view, `Focus`), what the action names is kept first
+    and shown in more detail: see `Focus`."""
     if isinstance(value, str):
         if level.chars is not None and len(value) > level.chars + 12:  # a marker costs ~12
             return f"{value[: level.chars]}…(+{len(value) - level.chars} chars)"
         return value
     if not isinstance(value, dict | list) or not value:
         return value
-    if level.depth is not None and level.depth <= 0:
+    if level.depth is not None and level.depth <= 0 and (focus is None or not focus.within(value)):
         return f"{{…{len(value)} keys}}" if isinstance(value, dict) else f"[…{len(value)} items]"
     inner = Level(None if level.depth is None else level.depth - 1, level.items, level.chars)
     keep = len(value) if level.items is None else level.items
     if isinstance(value, list):
-        kept = [shrink(x, inner) for x in value[:keep]]
+        picked = range(min(keep, len(value))) if focus is None else focus.pick_items(value, keep)
+        kept = [_shrink_item(value[i], inner, focus) for i in picked]
         return [*kept, f"…({len(value) - keep} more)"] if len(value) > keep else kept
-    out = {k: shrink(v, inner) for k, v in list(value.items())[:keep]}
+    names = list(value)[:keep] if focus is None else focus.pick_keys(value, keep)
+    out = {k: _shrink_item(value[k], inner, focus, k) for k in names}
     if len(value) > keep:
         out["…"] = f"({len(value) - keep} more keys)"
     return out
+
+
+def _shrink_item(value: JSON, inner: Level, focus: Focus | None, key: str | None = None) -> JSON:
+    """An entry of a container: at `inner`, or more openly when the focus names it."""
+    if focus is not None and focus.names(key, value):
+        return shrink(value, focus.opened(inner), focus)
+    return shrink(value, inner, focus)
+
+
+@dataclass(frozen=True)
+class Focus:
+    """What an action names, for the action-focused state view (a checkpoint trained with
+    `state_focus`): the values of its arguments (strings of 2+ characters and integers, at
+    any depth). An entry is *named* when its key or its (scalar) value is one of them, or
+    it is an object whose `id`-like field holds one. When a container must lose entries,
+    named entries are kept first, then the ones with a named entry inside (never collapsed
+    by the depth limit, so the way down stays open), then numbers, booleans and nulls
+    (counters and flags: cheap, and often what the next observation is made of), then the
+    rest; kept entries stay in their order. A named entry is shown at `opened` (deeper,
+    more items, longer strings)."""
+
+    terms: frozenset[str]
+    _inside: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, action: Action) -> Focus:
+        terms: set[str] = set()
+
+        def walk(value: JSON) -> None:
+            if isinstance(value, bool) or value is None:
+                return
+            if isinstance(value, int):
+                terms.add(str(value))
+            elif isinstance(value, str) and len(value) >= 2:
+                terms.add(value)
+            elif isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, list):
+                for v in value:
+                    walk(v)
+
+        if isinstance(action, ToolCallsAction):
+            for call in action.calls:
+                walk(call.arguments)
+        return cls(frozenset(terms))
+
+    def names(self, key: str | None, value: JSON) -> bool:
+        """Whether the entry `key: value` (key None: a list item) is one the action names."""
+        if key is not None and key in self.terms:
+            return True
+        if not isinstance(value, dict | list):
+            return _scalar_text(value) in self.terms
+        if isinstance(value, dict):
+            return any(
+                k.lower().endswith("id") and _scalar_text(v) in self.terms for k, v in value.items()
+            )
+        return False
+
+    def within(self, value: JSON) -> bool:
+        """Whether a named entry lies anywhere inside `value` (memoized per object)."""
+        if not isinstance(value, dict | list) or not self.terms:
+            return False
+        known = self._inside.get(id(value))
+        if known is None:
+            entries = value.items() if isinstance(value, dict) else ((None, v) for v in value)
+            known = any(self.names(k, v) or self.within(v) for k, v in entries)
+            self._inside[id(value)] = known
+        return known
+
+    def opened(self, level: Level) -> Level:
+        return Level(
+            None if level.depth is None else max(level.depth, 0) + 2,
+            None if level.items is None else max(2 * level.items, 6),
+            None if level.chars is None else max(4 * level.chars, 24),
+        )
+
+    def _rank(self, key: str | None, value: JSON) -> int:
+        if self.names(key, value):
+            return 0
+        if self.within(value):
+            return 1
+        return 2 if value is None or isinstance(value, bool | int | float) else 3
+
+    def pick_keys(self, value: Mapping[str, JSON], keep: int) -> list[str]:
+        """The `keep` keys of `value` to show, by rank, in their order."""
+        if keep >= len(value):
+            return list(value)
+        entries = list(value.items())
+        ranked = sorted(range(len(entries)), key=lambda i: self._rank(*entries[i]))
+        chosen = set(ranked[:keep])
+        return [k for i, (k, _) in enumerate(entries) if i in chosen]
+
+    def pick_items(self, value: list[JSON], keep: int) -> list[int]:
+        """The indices of the `keep` items of `value` to show, by rank, in order."""
+        if keep >= len(value):
+            return list(range(len(value)))
+        ranked = sorted(range(len(value)), key=lambda i: self._rank(None, value[i]))
+        return sorted(ranked[:keep])
+
+
+def _scalar_text(value: JSON) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | str):
+        return str(value)
+    return None
 
 
 def fit(render: Callable[[int], str], steps: int, budget: int, count: Count, block: str) -> str:
@@ -121,11 +235,40 @@ class StateView(Protocol):
     def render(self, state: JSON, action: Action, budget: int, count: Count) -> str: ...
 
 
+def fit_focused(
+    render: Callable[[int, Focus | None], str],
+    steps: tuple[int, int],
+    budget: int,
+    count: Count,
+    focus: Focus | None,
+) -> str:
+    """`fit` over `render(i, focus)` (`steps[1]` steps; the plain view has `steps[0]`) but
+    its last, which names nothing; when none of those fits (what the action names is too
+    large), `fit` over the plain ones, so the focused view never fails where the plain one
+    fits, and ends as the plain one does."""
+    if focus is not None:
+        try:
+            return fit(lambda i: render(i, focus), steps[1] - 1, budget, count, "state")
+        except BudgetError:
+            pass
+    return fit(lambda i: render(i, None), steps[0], budget, count, "state")
+
+
 class JsonView:
-    """Any state: compact JSON, shrunk through LEVELS until it fits."""
+    """Any state: compact JSON, shrunk through LEVELS until it fits; with `focus`, what the
+    action names is kept first and in more detail (`Focus`)."""
+
+    def __init__(self, focus: bool = False) -> None:
+        self.focus = focus
 
     def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
-        return fit(lambda i: compact(shrink(state, LEVELS[i])), len(LEVELS), budget, count, "state")
+        return fit_focused(
+            lambda i, f: compact(shrink(state, (LEVELS if f is None else FOCUS_LEVELS)[i], f)),
+            (len(LEVELS), len(FOCUS_LEVELS)),
+            budget,
+            count,
+            Focus.of(action) if self.focus else None,
+        )
 
 
 class FrozenLakeView:
@@ -143,20 +286,23 @@ FILE_SYSTEM = "GorillaFileSystem"
 
 class BfclView:
     """BFCL: {ApiClass: {...}} restricted to the classes the action's tools belong to (all
-    of them when no called tool has a known class); the file system focused on its `_cwd`."""
+    of them when no called tool has a known class); the file system focused on its `_cwd`.
+    With `focus`, what the action names is kept first and in more detail (`Focus`): the
+    booking, order or stock an argument names, the file it names, the counters."""
 
-    def __init__(self, tool_classes: Mapping[str, str]) -> None:
+    def __init__(self, tool_classes: Mapping[str, str], focus: bool = False) -> None:
         self.tool_classes = dict(tool_classes)
+        self.focus = focus
 
     @classmethod
-    def from_episode(cls, episode: Episode) -> BfclView:
+    def from_episode(cls, episode: Episode, focus: bool = False) -> BfclView:
         """Tool → class from the tool specs' `bfcl_class` annotation."""
         classes = {}
         for tool in episode.tools:
             name = tool.annotations.get("bfcl_class")
             if isinstance(name, str):
                 classes[tool.name] = name
-        return cls(classes)
+        return cls(classes, focus)
 
     def classes(self, state: dict[str, JSON], action: Action) -> list[str]:
         called = set()
@@ -167,21 +313,23 @@ class BfclView:
 
     def render(self, state: JSON, action: Action, budget: int, count: Count) -> str:
         if not isinstance(state, dict):
-            return JsonView().render(state, action, budget, count)
+            return JsonView(self.focus).render(state, action, budget, count)
         picked = {name: state[name] for name in self.classes(state, action)}
-        steps = _FOCUS_STEPS
 
-        def render(i: int) -> str:
-            outside, items, level = steps[i]
+        def render(i: int, focus: Focus | None) -> str:
+            outside, items, level = (_FOCUS_STEPS if focus is None else _FOCUSED_STEPS)[i]
             out = {}
             for name, value in picked.items():
                 if name == FILE_SYSTEM:
-                    out[name] = focus_file_system(value, level, Level(outside, items, level.chars))
+                    away = Level(outside, items, level.chars)
+                    out[name] = focus_file_system(value, level, away, focus)
                 else:
-                    out[name] = shrink(value, level)
+                    out[name] = shrink(value, level, focus)
             return compact(out)
 
-        return fit(render, len(steps), budget, count, "state")
+        focus = Focus.of(action) if self.focus else None
+        steps = (len(_FOCUS_STEPS), len(_FOCUSED_STEPS))
+        return fit_focused(render, steps, budget, count, focus)
 
 
 # (how deep the tree outside the current directory is shown, how many of its entries per
@@ -193,26 +341,33 @@ _FOCUS_STEPS: tuple[tuple[int | None, int | None, Level], ...] = (
     *((0, k, LEVELS[1]) for k in (8, 2, 0)),
     *((0, 0, level) for level in LEVELS[2:]),
 )
+# The same for the action-focused view, whose levels end one step finer (FOCUS_LEVELS).
+_FOCUSED_STEPS = (*_FOCUS_STEPS[:-1], (0, 0, FOCUS_LEVELS[-2]), (0, 0, FOCUS_LEVELS[-1]))
 
 
-def focus_file_system(fs: JSON, level: Level, outside: Level | None = None) -> JSON:
+def focus_file_system(
+    fs: JSON, level: Level, outside: Level | None = None, focus: Focus | None = None
+) -> JSON:
     """The file system class state with its tree focused on `_cwd`: the current directory's
     subtree at `level`, the directories on the way to it, and their other entries at
-    `outside` (by default, as `level`). A state of another shape is shrunk generically."""
+    `outside` (by default, as `level`). A state of another shape is shrunk generically.
+    With a `focus`, a file or directory the action names is shown at `focus.opened`."""
     if not isinstance(fs, dict) or not isinstance(fs.get("root"), dict):
-        return shrink(fs, level)
+        return shrink(fs, level, focus)
     cwd = fs.get("_cwd")
     parts = [p for p in cwd.split("/") if p] if isinstance(cwd, str) else []
     out: dict[str, JSON] = {}
     for key, value in fs.items():
         if key == "root":
-            out[key] = _focus(value, parts, level, outside or level)
+            out[key] = _focus(value, parts, level, outside or level, focus)
         else:
             out[key] = shrink(value, Level(None, level.items, level.chars))
     return out
 
 
-def _focus(tree: dict[str, JSON], parts: list[str], level: Level, away: Level) -> JSON:
+def _focus(
+    tree: dict[str, JSON], parts: list[str], level: Level, away: Level, focus: Focus | None
+) -> JSON:
     """One directory's entries: the one on the path to the cwd (focused), then at most
     `away.items` others, each `away.depth` directory levels deep."""
     out: dict[str, JSON] = {}
@@ -221,31 +376,36 @@ def _focus(tree: dict[str, JSON], parts: list[str], level: Level, away: Level) -
         on_path = bool(parts) and name == parts[0]
         if on_path and isinstance(node, dict) and isinstance(node.get("contents"), dict):
             if len(parts) == 1:
-                out[name] = _node(node, level)
+                out[name] = _node(node, level, focus)
             else:
-                inner = _focus(node["contents"], parts[1:], level, away)
+                inner = _focus(node["contents"], parts[1:], level, away, focus)
                 rest = {k: v for k, v in node.items() if k != "contents"}
                 out[name] = {**rest, "contents": inner}
             continue
         others += 1
         if away.items is None or others <= away.items:
-            out[name] = _node(node, away)
+            out[name] = _node(node, away, focus, name)
     if away.items is not None and others > away.items:
         out["…"] = f"({others - away.items} more entries)"
     return out
 
 
-def _node(node: JSON, level: Level) -> JSON:
-    """A file or directory node; the depth counts directory levels, not JSON levels."""
+def _node(node: JSON, level: Level, focus: Focus | None = None, name: str | None = None) -> JSON:
+    """A file or directory node; the depth counts directory levels, not JSON levels. A node
+    whose `name` the focus names is shown at `focus.opened(level)`."""
+    if focus is not None and name is not None and name in focus.terms:
+        level = focus.opened(level)
     if not isinstance(node, dict) or not isinstance(node.get("contents"), dict):
         return shrink(node, Level(None, level.items, level.chars))
     contents: dict[str, JSON] = node["contents"]
     rest = {k: v for k, v in node.items() if k != "contents"}
-    if level.depth is not None and level.depth <= 0:
+    spent = level.depth is not None and level.depth <= 0
+    if spent and (focus is None or not focus.within(contents)):
         return {**rest, "contents": f"{{…{len(contents)} entries}}" if contents else {}}
     inner = Level(None if level.depth is None else level.depth - 1, level.items, level.chars)
     keep = len(contents) if level.items is None else level.items
-    out = {name: _node(child, inner) for name, child in list(contents.items())[:keep]}
+    names = list(contents)[:keep] if focus is None else focus.pick_keys(contents, keep)
+    out = {name: _node(contents[name], inner, focus, name) for name in names}
     if len(contents) > keep:
         out["…"] = f"({len(contents) - keep} more entries)"
     return {**rest, "contents": out}
@@ -289,19 +449,20 @@ def datascience_level(state: dict[str, JSON], level: int) -> JSON:
     return out
 
 
-ViewFactory = Callable[[Episode], StateView]
+ViewFactory = Callable[[Episode, bool], StateView]
 
 VIEWS: dict[str, ViewFactory] = {
     "bfcl": BfclView.from_episode,
-    "datascience": lambda episode: DataScienceView(),
-    "frozenlake": lambda episode: FrozenLakeView(),
+    "datascience": lambda episode, focus: DataScienceView(),
+    "frozenlake": lambda episode, focus: FrozenLakeView(),
 }
 
 
-def view_for(episode: Episode) -> StateView:
-    """The state view of the episode's env (the generic JSON view for an unknown env)."""
+def view_for(episode: Episode, focus: bool = False) -> StateView:
+    """The state view of the episode's env (the generic JSON view for an unknown env);
+    `focus`: the action-focused rendering (`Focus`) where the view has one."""
     factory = VIEWS.get(episode.env)
-    return JsonView() if factory is None else factory(episode)
+    return JsonView(focus) if factory is None else factory(episode, focus)
 
 
 __all__ = [
@@ -310,6 +471,7 @@ __all__ = [
     "BfclView",
     "BudgetError",
     "Count",
+    "Focus",
     "FrozenLakeView",
     "JsonView",
     "Level",

@@ -166,11 +166,13 @@ def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
     in the checkpoint tokenizer's own tokens, or approximately (pretrained bases)."""
     total = int(training_args.get("budget_tokens", Budget().total))
     example = int(training_args.get("example_tokens", 0))
+    focus = bool(training_args.get("state_focus", False))
     if training_args.get("budget_count") != "tokenizer":
-        return Budget(total=total, example=example)
+        return Budget(total=total, example=example, state_focus=focus)
     from simworld.worldmodel.tokenizer import token_counter
 
-    return Budget(total=total, count=token_counter(tokenizer), example=example)
+    count = token_counter(tokenizer)
+    return Budget(total=total, count=count, example=example, state_focus=focus)
 
 
 def load_world_model(

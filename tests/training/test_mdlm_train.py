@@ -96,6 +96,7 @@ def test_the_recipe_writes_a_served_checkpoint(tiny_mdlm: Path) -> None:
     _, _, meta = load_mdlm(tiny_mdlm)
     assert meta.kind == "mdlm" and meta.training_args["budget_count"] == "tokenizer"
     assert meta.training_args["max_new_tokens"] == 49 and meta.training_args["sample_steps"] == 4
+    assert meta.training_args["state_focus"] is False  # MDLM_STATE_FOCUS, its figures' view
     assert 50_000 <= meta.metrics["tokens_seen"] < 60_000
     assert {"val_loss", "val_exact", "curve", "train_losses"} <= set(meta.metrics)
     wm = load_world_model(tiny_mdlm)

@@ -32,7 +32,7 @@ from simworld.worldmodel.engines.hf import TransformersEngine
 from simworld.worldmodel.render import SERIALIZATION_VERSION, render_prompt, render_target
 from simworld.worldmodel.retrieval import MEMORY_FILE, Retriever, load_memory, recorded_steps
 from simworld.worldmodel.tokenizer import token_counter, train_tokenizer
-from simworld.worldmodel.world_model import TextWorldModel
+from simworld.worldmodel.world_model import TextWorldModel, trained_budget
 
 SCRIPT = Path(sys.executable).parent / "simworld"
 
@@ -42,6 +42,7 @@ def test_the_checkpoint_records_how_it_was_made(tiny_checkpoint: Path) -> None:
     args = meta.training_args
     assert meta.serialization_version == str(SERIALIZATION_VERSION)
     assert args["budget_tokens"] == 160 and args["example_tokens"] == 64
+    assert args["state_focus"] is True  # the tiny preset's, as the default's
     assert args["envs"] == ["frozenlake"]
     # the retrieval memory: every train step it retrieved from, none left out
     lake = load_bundled("train", env="frozenlake")
@@ -65,7 +66,9 @@ def test_recorded_val_metrics_are_reproduced(tiny_checkpoint: Path) -> None:
 
 def test_load_world_model_serves_the_checkpoint(tiny_checkpoint: Path) -> None:
     wm = load_world_model(tiny_checkpoint)
-    assert wm.budget.total == 160 and wm.budget.example == 64
+    assert wm.budget.total == 160 and wm.budget.example == 64 and wm.budget.state_focus
+    # a checkpoint from before the focused view (no state_focus recorded) keeps the plain one
+    assert not trained_budget({"budget_tokens": 384}, None).state_focus
     assert wm.memory is not None and len(wm.memory.entries) > 1000
     episode = load_bundled("val", env="frozenlake")[0]
     contexts = [wm.context(episode, i) for i in range(min(3, len(episode.steps)))]
@@ -209,7 +212,7 @@ def test_init_continues_a_checkpoint_with_its_recipe_at_its_last_rate(
     args = meta.training_args
     assert tok.get_vocab() == start_tok.get_vocab()
     assert args["init"] == str(tiny_checkpoint) and args["budget_count"] == "tokenizer"
-    for key in ("budget_tokens", "example_tokens", "max_new_tokens"):
+    for key in ("budget_tokens", "example_tokens", "max_new_tokens", "state_focus"):
         assert args[key] == start_args[key]
     assert args["lr"] == pytest.approx(start_args["lr"] * start_args["min_lr_ratio"])
     assert (args["warmup_steps"], args["min_lr_ratio"]) == (0, 1.0)
@@ -221,6 +224,8 @@ def test_init_continues_a_checkpoint_with_its_recipe_at_its_last_rate(
 def test_init_refuses_a_second_recipe() -> None:
     with pytest.raises(ValueError, match="drop base and example_tokens"):
         SFTRun(out="x", init="default", example_tokens=64)
+    with pytest.raises(ValueError, match="its own state view"):
+        SFTRun(out="x", init="default", state_focus=False)
     with pytest.raises(ValueError, match="give init and lr > 0"):
         SFTRun(out="x", lr=1e-4)
 

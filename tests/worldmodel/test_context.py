@@ -130,3 +130,31 @@ def test_steering_and_live_contexts(train: list[Episode]) -> None:
     no_state = replace(lake, steps=[replace(s, state=None) for s in lake.steps])
     ctx = build_context(no_state, 0)
     assert ctx.state == "" and not ctx.tracks_state and ctx.target and ctx.target.patch is None
+
+
+def test_the_focused_view_fits_and_shows_what_the_action_names(train: list[Episode]) -> None:
+    """With `state_focus` every BFCL prompt still fits its budget, and the state block takes
+    up what the other blocks leave: a booking the action names is shown field by field
+    (the plain view at the same budget leaves it as "{…6 keys}" or out)."""
+    budget = replace(Budget(384), state_focus=True)
+    bfcl = [e for e in train if e.env == "bfcl"]
+    shown = plain_shown = 0
+    for episode in bfcl[::2]:
+        for index, step in enumerate(episode.steps):
+            try:
+                ctx = build_context(episode, index, budget)
+            except BudgetError:
+                with pytest.raises(BudgetError):
+                    build_context(episode, index, Budget(384))
+                continue
+            assert approx_tokens(render_prompt(ctx)) <= budget.total
+            call = step.action.calls[0] if isinstance(step.action, ToolCallsAction) else None
+            booking = call.arguments.get("booking_id") if call and call.arguments else None
+            record = ((step.state or {}).get("TravelAPI") or {}).get("booking_record") or {}
+            if call is None or call.name != "retrieve_invoice" or booking not in record:
+                continue
+            date = json.dumps(record[booking]["travel_date"])
+            shown += f'"travel_date":{date}' in ctx.state
+            plain = build_context(episode, index, Budget(384))
+            plain_shown += f'"travel_date":{date}' in plain.state
+    assert shown >= 3 and shown > plain_shown

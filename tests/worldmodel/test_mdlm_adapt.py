@@ -131,6 +131,7 @@ def test_train_mdlm_init_adapts_and_serves(tmp_path: Path) -> None:
     model, tok, meta = load_mdlm(out)
     assert isinstance(model, MDLM) and model.cfg.shift and model.cfg.causal_prefix
     assert meta.training_args["init_from"] == str(ar_dir) and meta.training_args["lr"] == 1e-3
+    assert meta.training_args["state_focus"] is True  # the tiny AR start's view, not MDLM's own
     assert tok.get_vocab() == load_tokenizer(ar_dir).get_vocab()  # the AR model's tokens
     wm = load_world_model(out)
     ctx = wm.context(load_bundled("val", env="frozenlake")[0], 0)

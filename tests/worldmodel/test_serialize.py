@@ -1,14 +1,17 @@
 """The one serialization: render_target then parse_target gives back every bundled step's
 observation and patch exactly; malformed model output is reported, never raised; the chat
 and plain renderings carry the same blocks, the example block (a similar recorded step)
-among them, right before the action."""
+among them, right before the action; prompts without the action-focused state view are
+byte for byte the ones version 2 rendered."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
+from simworld.data.bundle import load_bundled
 from simworld.data.records import (
     Episode,
     Step,
@@ -19,7 +22,7 @@ from simworld.data.records import (
     ToolResult,
     ToolResultsObservation,
 )
-from simworld.worldmodel.context import Budget, Context, with_example
+from simworld.worldmodel.context import Budget, Context, build_context, with_example
 from simworld.worldmodel.patch import apply
 from simworld.worldmodel.render import (
     HEADINGS,
@@ -34,6 +37,7 @@ from simworld.worldmodel.render import (
     section,
 )
 from simworld.worldmodel.retrieval import Retriever, recorded_steps
+from simworld.worldmodel.views import BudgetError
 
 
 def test_round_trip_on_every_bundled_step(contexts: list[tuple[Episode, Step, Context]]) -> None:
@@ -59,7 +63,25 @@ def test_the_target_format() -> None:
     for odd in ("", '"quoted"', "patch me", " pad"):
         parsed = parse_target(format_target(TextObservation(odd), None), TextAction("x"))
         assert parsed.observation == TextObservation(odd) and parsed.ok
-    assert SERIALIZATION_VERSION == 2
+    assert SERIALIZATION_VERSION == 3
+
+
+# sha256 of every plain prompt of the bundled val split (Budget(384), "over" for a refused
+# step), as serialization version 2 rendered them: a checkpoint trained without the
+# action-focused view must see the prompts it was trained on
+VERSION_2_VAL_PROMPTS = "9c96bd3fc6418a06e52eb26f5d2e4b7246b30963da6ee9ef3b37f1b59b727b36"
+
+
+def test_plain_prompts_are_the_ones_version_2_rendered() -> None:
+    digest = hashlib.sha256()
+    for episode in load_bundled("val"):
+        for index in range(len(episode.steps)):
+            try:
+                prompt = render_prompt(build_context(episode, index, Budget(384)))
+            except BudgetError:
+                prompt = "over"
+            digest.update(prompt.encode())
+    assert digest.hexdigest() == VERSION_2_VAL_PROMPTS
 
 
 CALLS = ToolCallsAction([ToolCall("c0", "ls", {}, "{}"), ToolCall("c1", "pwd", {}, "{}")])

@@ -1,6 +1,8 @@
 """State views: a view fits its budget by shrinking structure with explicit markers, BFCL
 shows only the called tools' classes, and the file system keeps the current directory's
-subtree whole before its parents and siblings."""
+subtree whole before its parents and siblings. The action-focused view (`Focus`) keeps
+what the action's arguments name, opened, and numbers before other entries, and never
+fails where the plain view fits."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from simworld.worldmodel.context import approx_tokens
 from simworld.worldmodel.views import (
     BfclView,
     BudgetError,
+    Focus,
     FrozenLakeView,
     JsonView,
     Level,
@@ -22,8 +25,8 @@ from simworld.worldmodel.views import (
 )
 
 
-def _call(name: str) -> ToolCallsAction:
-    return ToolCallsAction([ToolCall("c0", name, {}, "{}")])
+def _call(tool: str, /, **arguments: Any) -> ToolCallsAction:
+    return ToolCallsAction([ToolCall("c0", tool, arguments, json.dumps(arguments))])
 
 
 def test_shrink_marks_what_it_leaves_out() -> None:
@@ -105,3 +108,109 @@ def test_frozenlake_shows_the_whole_board(train: list[Episode]) -> None:
     assert json.loads(text) == state
     with pytest.raises(BudgetError, match="state block"):
         view_for(lake).render(state, lake.steps[0].action, 20, approx_tokens)
+
+
+TRAVEL = {
+    "TravelAPI": {
+        "credit_card_list": {"card_1": {"number": "4876-6834", "holder": "M. Thompson"}},
+        "booking_record": {
+            f"booking_{i}": {
+                "travel_date": f"2026-12-{10 + i}",
+                "travel_from": "SFO",
+                "travel_to": "LAX",
+                "travel_class": "economy",
+                "travel_cost": 950.0 + i,
+            }
+            for i in range(5)
+        },
+        "access_token": "token_abc123",
+        "token_type": "Bearer",
+        "user_first_name": "Michael",
+        "invoice_counter": 17,
+        "authenticated": True,
+    }
+}
+
+
+def test_focus_keeps_the_named_entry_opened_and_numbers_first() -> None:
+    action = _call("retrieve_invoice", booking_id="booking_3", access_token="token_abc123")
+    focus = Focus.of(action)
+    assert focus.terms == {"booking_3", "token_abc123"}
+    level = Level(depth=2, items=3, chars=12)
+    plain = shrink(TRAVEL, level)["TravelAPI"]
+    focused = shrink(TRAVEL, level, focus)["TravelAPI"]
+    # plain: the first three keys, the booking record collapsed below the depth limit
+    assert list(plain)[:3] == ["credit_card_list", "booking_record", "access_token"]
+    assert plain["booking_record"] == "{…5 keys}"
+    # focused: the way to the named booking, the named token, then numbers and flags
+    assert list(focused) == ["booking_record", "access_token", "invoice_counter", "…"]
+    assert focused["booking_record"] == {
+        "booking_0": "{…5 keys}",
+        "booking_1": "{…5 keys}",
+        "booking_3": TRAVEL["TravelAPI"]["booking_record"]["booking_3"],
+        "…": "(2 more keys)",
+    }  # the named booking opened, every field, though its siblings' depth is spent
+    assert focused["…"] == "(4 more keys)"
+
+
+def test_focus_names_list_items_by_their_id() -> None:
+    tickets = [{"id": i, "title": f"ticket {i}", "status": "open"} for i in range(6)]
+    queue = {"ticket_queue": tickets}
+    level = Level(depth=2, items=2, chars=8)
+    got = shrink(queue, level, Focus.of(_call("get_ticket", ticket_id=4)))
+    assert got["ticket_queue"] == [
+        "{…3 keys}",
+        {"id": 4, "title": "ticket 4", "status": "open"},
+        "…(4 more)",
+    ]  # item 4 named (opened, whole), item 0 in its place; the marker counts the rest
+    plain = shrink(queue, level)
+    assert plain["ticket_queue"] == ["{…3 keys}", "{…3 keys}", "…(4 more)"]
+
+
+def test_the_focused_view_fits_and_falls_back_to_the_plain_one() -> None:
+    focused, plain = JsonView(focus=True), JsonView()
+    action = _call("retrieve_invoice", booking_id="booking_3")
+    for budget in (400, 120, 60, 30, 8):
+        text = focused.render(TRAVEL, action, budget, approx_tokens)
+        assert approx_tokens(text) <= budget
+        json.loads(text)
+    assert "2026-12-13" in focused.render(TRAVEL, action, 90, approx_tokens)
+    assert "2026-12-13" not in plain.render(TRAVEL, action, 90, approx_tokens)
+    # past what the named entry needs, the focused view ends as the plain one does
+    assert focused.render(TRAVEL, action, 8, approx_tokens) == plain.render(
+        TRAVEL, action, 8, approx_tokens
+    )
+    # a named entry too large for any focused level: the plain rendering, not a refusal
+    huge = {"notes": {"big": {f"k{i}": "word " * 40 for i in range(40)}}, "n": 1, "m": 2}
+    big = _call("read_note", name="big")
+    assert focused.render(huge, big, 9, approx_tokens) == plain.render(huge, big, 9, approx_tokens)
+    # without arguments the focus names nothing: only numbers and flags move ahead
+    assert focused.render(TRAVEL, _call("logout"), 100_000, approx_tokens) == plain.render(
+        TRAVEL, _call("logout"), 100_000, approx_tokens
+    )
+
+
+def test_the_focused_file_system_opens_the_named_file(train: list[Episode]) -> None:
+    episode, index = _bfcl_with_fs(train)
+    state = episode.steps[index].state
+    fs = state["GorillaFileSystem"]
+    cwd = _cwd_node(fs)["contents"]
+    name, node = max(
+        ((n, v) for n, v in cwd.items() if v.get("type") == "file"),
+        key=lambda item: len(item[1]["content"]),
+        default=(None, None),
+    )
+    if name is None:
+        pytest.skip("the current directory holds no file")
+    action = _call("tail", file_name=name)
+    focused = BfclView.from_episode(episode, focus=True)
+    plain = view_for(episode)
+    content = json.dumps(node["content"], ensure_ascii=False)[1:-1]
+    cwd_text = json.dumps(_cwd_node(fs), ensure_ascii=False, separators=(",", ":"))
+    least = approx_tokens(cwd_text)
+    for budget in (least // 2, least, least + 80):
+        text = focused.render(state, action, budget, approx_tokens)
+        assert approx_tokens(text) <= budget
+        shown = len(content) if content in text else 0
+        plain_text = plain.render(state, action, budget, approx_tokens)
+        assert shown >= (len(content) if content in plain_text else 0)
