@@ -83,11 +83,11 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "(default: the preset's, 192 for default)",
     )
     sft.add_argument(
-        "--no-state-focus",
+        "--state-focus",
         action="store_true",
-        help="render states with the plain view, not the action-focused one (the default "
-        "and tiny presets focus: what the action's arguments name is kept first and shown "
-        "in more detail, numbers and flags before other entries)",
+        help="render states with the action-focused view: what the action's arguments name "
+        "is kept first and shown in more detail, numbers and flags before other entries "
+        "(the tiny preset's; the default preset keeps the plain view)",
     )
     sft.add_argument(
         "--bf16",
@@ -289,7 +289,7 @@ def _sft(args: argparse.Namespace) -> int:
             copy_augment=args.copy_augment,
             split_digits="" if args.split_digits == "none" else args.split_digits,
             max_target_tokens=args.max_target_tokens,
-            state_focus=False if args.no_state_focus else None,
+            state_focus=True if args.state_focus else None,
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,
