@@ -296,7 +296,7 @@ def _widen_state(
     """`ctx` with its state block re-rendered into what the fitted prompt left unused (the
     views shrink in coarse steps, so a block often ends well under its allotment), kept
     when the prompt still fits. Only with `state_focus`: plain prompts stay as they were."""
-    if "state" not in allotted or not ctx.state:
+    if not ctx.state:
         return ctx
     count = budget.count
     heading = count(section("state", "x")) - count("x")
@@ -491,9 +491,10 @@ def _described(schema: JSON, chars: int | None) -> JSON:
     return out
 
 
-# (other tools' names kept, the called tools' description chars, their schemas' description
-# chars): the last three steps are taken only when whole schemas cannot fit (`_assemble`)
+# (other tools' names kept, the called tools' description chars), the tools block's steps
 _TOOL_STEPS = ((None, None), *((k, None) for k in (24, 12, 6, 3, 0)), (0, 300), (0, 120), (0, 0))
+# the chars kept of each description inside the called tools' schemas: steps added after
+# _TOOL_STEPS only when whole schemas cannot fit (`_assemble`, `elide_schemas`)
 _SCHEMA_CHARS = (120, 40, 0)
 
 
