@@ -52,8 +52,12 @@ if TYPE_CHECKING:
 # Version 3 added the action-focused state view (`Budget.state_focus`, views.Focus), which a
 # checkpoint turns on with `state_focus` in its training arguments; without it a version-3
 # prompt is byte for byte a version-2 one.
-SERIALIZATION_VERSION = 3
-READS_VERSIONS = ("1", "2", "3")
+# Version 4 changed the focused view only (views.fit_focused: when the entries an action
+# names cannot all be opened, they are shown less opened, then unopened, before the view
+# falls to one entry per container); plain prompts are as in version 3, so a version-3
+# checkpoint loads unless it was trained with the focused view.
+SERIALIZATION_VERSION = 4
+READS_VERSIONS = ("1", "2", "3", "4")
 
 BLOCKS = ("state", "task", "tools", "rules", "steering", "history", "example", "action")
 HEADINGS = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from simworld.data.records import JSON, Action, Episode, ToolCallsAction
@@ -73,7 +73,7 @@ LEVELS = (
     Level(0, 0, 0),
 )
 # The action-focused view's levels (Focus): one more before the last, which keeps only the
-# way to what the action names (opened, see Focus.opened).
+# way to what the action names and one entry per container (see fit_focused).
 FOCUS_LEVELS = (*LEVELS[:-1], Level(1, 1, 8), LEVELS[-1])
 
 
@@ -94,11 +94,11 @@ def shrink(value: JSON, level: Level, focus: Focus | None = None) -> JSON:
     if isinstance(value, list):
         picked = range(min(keep, len(value))) if focus is None else focus.pick_items(value, keep)
         kept = [_shrink_item(value[i], inner, focus) for i in picked]
-        return [*kept, f"…({len(value) - keep} more)"] if len(value) > keep else kept
+        return [*kept, f"…({len(value) - len(kept)} more)"] if len(value) > len(kept) else kept
     names = list(value)[:keep] if focus is None else focus.pick_keys(value, keep)
     out = {k: _shrink_item(value[k], inner, focus, k) for k in names}
-    if len(value) > keep:
-        out["…"] = f"({len(value) - keep} more keys)"
+    if len(value) > len(names):
+        out["…"] = f"({len(value) - len(names)} more keys)"
     return out
 
 
@@ -115,13 +115,16 @@ class Focus:
     `state_focus`): the values of its arguments (strings of 2+ characters and integers, at
     any depth). An entry is *named* when its key or its (scalar) value is one of them, or
     it is an object whose `id`-like field holds one. When a container must lose entries,
-    named entries are kept first, then the ones with a named entry inside (never collapsed
-    by the depth limit, so the way down stays open), then numbers, booleans and nulls
-    (counters and flags: cheap, and often what the next observation is made of), then the
-    rest; kept entries stay in their order. A named entry is shown at `opened` (deeper,
-    more items, longer strings)."""
+    named entries are kept first, then the ones with a named entry inside (these two are
+    never left out, whatever the item limit, nor collapsed by the depth limit, so the way
+    down stays open), then numbers, booleans and nulls (counters and flags: cheap, and
+    often what the next observation is made of), then the rest; kept entries stay in their
+    order. A named entry is shown at `opened`: two levels deeper than its siblings, with
+    more items and longer strings (`open` 2), one level deeper (`open` 1), or at their
+    level (`open` 0): the passes of `fit_focused`."""
 
     terms: frozenset[str]
+    open: int = 2
     _inside: dict[int, bool] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -171,11 +174,19 @@ class Focus:
         return known
 
     def opened(self, level: Level) -> Level:
-        return Level(
-            None if level.depth is None else max(level.depth, 0) + 2,
-            None if level.items is None else max(2 * level.items, 6),
-            None if level.chars is None else max(4 * level.chars, 24),
-        )
+        if self.open == 2:
+            return Level(
+                None if level.depth is None else max(level.depth, 0) + 2,
+                None if level.items is None else max(2 * level.items, 6),
+                None if level.chars is None else max(4 * level.chars, 24),
+            )
+        if self.open == 1:
+            return Level(
+                None if level.depth is None else max(level.depth, 0) + 1,
+                None if level.items is None else max(level.items, 3),
+                None if level.chars is None else max(level.chars, 12),
+            )
+        return level
 
     def _rank(self, key: str | None, value: JSON) -> int:
         if self.names(key, value):
@@ -185,20 +196,23 @@ class Focus:
         return 2 if value is None or isinstance(value, bool | int | float) else 3
 
     def pick_keys(self, value: Mapping[str, JSON], keep: int) -> list[str]:
-        """The `keep` keys of `value` to show, by rank, in their order."""
+        """The keys of `value` to show, in their order: `keep` of them by rank, or more
+        when more are named or lead to a named entry (those are never left out)."""
         if keep >= len(value):
             return list(value)
-        entries = list(value.items())
-        ranked = sorted(range(len(entries)), key=lambda i: self._rank(*entries[i]))
-        chosen = set(ranked[:keep])
-        return [k for i, (k, _) in enumerate(entries) if i in chosen]
+        keys = list(value)
+        return [keys[i] for i in self._pick([self._rank(k, value[k]) for k in keys], keep)]
 
     def pick_items(self, value: list[JSON], keep: int) -> list[int]:
-        """The indices of the `keep` items of `value` to show, by rank, in order."""
+        """The indices of the items of `value` to show, as `pick_keys` picks keys."""
         if keep >= len(value):
             return list(range(len(value)))
-        ranked = sorted(range(len(value)), key=lambda i: self._rank(None, value[i]))
-        return sorted(ranked[:keep])
+        return self._pick([self._rank(None, item) for item in value], keep)
+
+    @staticmethod
+    def _pick(ranks: list[int], keep: int) -> list[int]:
+        keep = max(keep, sum(rank <= 1 for rank in ranks))
+        return sorted(sorted(range(len(ranks)), key=ranks.__getitem__)[:keep])
 
 
 def _scalar_text(value: JSON) -> str | None:
@@ -242,15 +256,22 @@ def fit_focused(
     count: Count,
     focus: Focus | None,
 ) -> str:
-    """`fit` over `render(i, focus)` (`steps[1]` steps; the plain view has `steps[0]`) but
-    its last, which names nothing; when none of those fits (what the action names is too
-    large), `fit` over the plain ones, so the focused view never fails where the plain one
-    fits, and ends as the plain one does."""
+    """The focused view that fits `budget`: `fit` over `render(i, focus)` (`steps[1]` steps,
+    whose last but one keeps a single entry per container and whose last names nothing;
+    the plain view has `steps[0]`) down to two entries per container, with what the action
+    names opened two levels, then one, then none (`Focus.open`: an action naming a
+    booking, a card and a token keeps all three rather than one opened); then the
+    single-entry step. When none fits, `fit` over the plain steps, so the focused view
+    never fails where the plain one fits, and ends as the plain one does."""
     if focus is not None:
-        try:
-            return fit(lambda i: render(i, focus), steps[1] - 1, budget, count, "state")
-        except BudgetError:
-            pass
+        for passed in (focus, replace(focus, open=1), replace(focus, open=0)):
+            try:
+                return fit(lambda i, f=passed: render(i, f), steps[1] - 2, budget, count, "state")
+            except BudgetError:
+                pass
+        single = render(steps[1] - 2, focus)
+        if count(single) <= budget:
+            return single
     return fit(lambda i: render(i, None), steps[0], budget, count, "state")
 
 

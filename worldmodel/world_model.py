@@ -223,6 +223,11 @@ def load_world_model(
             f"this simworld renders version {SERIALIZATION_VERSION}: retrain it"
         )
     args = meta.training_args
+    if str(meta.serialization_version) == "3" and args.get("state_focus"):
+        raise ValueError(
+            f"{directory} was trained on version 3's action-focused state view, which version "
+            "4 changed (what an action naming several entries shows): retrain it"
+        )
     budget = trained_budget(args, tokenizer)
     memory = None
     if budget.example > 0:  # trained with examples: its memory is part of the checkpoint

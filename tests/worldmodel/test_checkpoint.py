@@ -12,6 +12,7 @@ import torch
 from simworld.worldmodel.ar import ARConfig, build_model
 from simworld.worldmodel.checkpoint import CheckpointMeta, load_checkpoint, save_checkpoint
 from simworld.worldmodel.tokenizer import encode, train_tokenizer
+from simworld.worldmodel.world_model import load_world_model
 
 TEXTS = [json.dumps({"ls": ["a.txt", f"dir_{i}"], "cwd": "/alex"}) for i in range(30)]
 
@@ -63,3 +64,19 @@ def test_other_schema_version_is_refused(tmp_path: Path) -> None:
     (path / "simworld.json").write_text(json.dumps({**meta, "schema_version": 99}))
     with pytest.raises(ValueError, match="schema_version 99"):
         load_checkpoint(path)
+
+
+def test_serialization_versions_a_world_model_loads(tmp_path: Path) -> None:
+    model, tok, _ = _saved(tmp_path)
+    for version, focus, ok in (("3", False, True), ("4", True, True), ("3", True, False)):
+        meta = CheckpointMeta(version, training_args={"state_focus": focus})
+        path = save_checkpoint(tmp_path / f"v{version}-{focus}", model, tok, meta)
+        if ok:
+            assert load_world_model(path).budget.state_focus is focus
+        else:  # version 4 changed the focused view: its prompts are not the ones it learned
+            with pytest.raises(ValueError, match="version 3's action-focused state view"):
+                load_world_model(path)
+    meta = CheckpointMeta("99")
+    path = save_checkpoint(tmp_path / "v99", model, tok, meta)
+    with pytest.raises(ValueError, match="serialization version 99"):
+        load_world_model(path)

@@ -63,7 +63,7 @@ def test_the_target_format() -> None:
     for odd in ("", '"quoted"', "patch me", " pad"):
         parsed = parse_target(format_target(TextObservation(odd), None), TextAction("x"))
         assert parsed.observation == TextObservation(odd) and parsed.ok
-    assert SERIALIZATION_VERSION == 3
+    assert SERIALIZATION_VERSION == 4
 
 
 # sha256 of every plain prompt of the bundled val split (Budget(384), "over" for a refused

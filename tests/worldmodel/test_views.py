@@ -190,6 +190,26 @@ def test_the_focused_view_fits_and_falls_back_to_the_plain_one() -> None:
     )
 
 
+def test_an_action_naming_several_entries_keeps_them_all() -> None:
+    # purchase_insurance names a booking, a card and the token: none of the three is left
+    # out for the item limit (at one entry per container all three stay), and when they
+    # cannot all be opened they are shown less opened, then unopened, not dropped
+    action = _call(
+        "purchase_insurance", booking_id="booking_3", card_id="card_1", access_token="token_abc123"
+    )
+    single = shrink(TRAVEL, Level(depth=3, items=1, chars=8), Focus.of(action))["TravelAPI"]
+    assert list(single) == ["credit_card_list", "booking_record", "access_token", "…"]
+    assert list(single["booking_record"]) == ["booking_3", "…"]
+    focused = JsonView(focus=True)
+    for budget in (70, 90, 120):
+        text = focused.render(TRAVEL, action, budget, approx_tokens)
+        assert approx_tokens(text) <= budget
+        assert all(name in text for name in ("card_1", "booking_3", "token_abc123")), budget
+    # with room, the named booking is opened (its date shown), its siblings are not
+    roomy = focused.render(TRAVEL, action, 120, approx_tokens)
+    assert "2026-12-13" in roomy and "2026-12-10" not in roomy
+
+
 def test_the_focused_file_system_opens_the_named_file(train: list[Episode]) -> None:
     episode, index = _bfcl_with_fs(train)
     state = episode.steps[index].state
