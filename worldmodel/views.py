@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Protocol
 
 from simworld.data.records import JSON, Action, Episode, ToolCallsAction
@@ -266,13 +267,17 @@ def fit_focused(
     if focus is not None:
         for passed in (focus, replace(focus, open=1), replace(focus, open=0)):
             try:
-                return fit(lambda i, f=passed: render(i, f), steps[1] - 2, budget, count, "state")
+                return fit(partial(_at, render, passed), steps[1] - 2, budget, count, "state")
             except BudgetError:
                 pass
         single = render(steps[1] - 2, focus)
         if count(single) <= budget:
             return single
     return fit(lambda i: render(i, None), steps[0], budget, count, "state")
+
+
+def _at(render: Callable[[int, Focus | None], str], focus: Focus, i: int) -> str:
+    return render(i, focus)
 
 
 class JsonView:
