@@ -484,6 +484,7 @@ def train_cv(
 ) -> dict[str, JSON]:
     """Cross-validate `args["model"]` on `frame` (see the module docstring)."""
     from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
+    from threadpoolctl import threadpool_limits
 
     kind, folds = str(args["model"]), int(args.get("folds", 5))
     if not 2 <= folds <= MAX_FOLDS:
@@ -514,9 +515,13 @@ def train_cv(
         splitter = KFold(folds, shuffle=True, random_state=0)
     metric = METRICS[task]
     try:
-        scores = cross_val_score(
-            model, frame[features].to_numpy(), y, cv=splitter, scoring=metric, error_score="raise"
-        )
+        # One thread: HistGradientBoosting and BLAS otherwise start one per core, and two
+        # recordings side by side on 2 cores then crawl (an episode took 11 minutes).
+        with threadpool_limits(1):
+            scores = cross_val_score(
+                model, frame[features].to_numpy(), y, cv=splitter, scoring=metric,
+                error_score="raise",
+            )
     except ValueError as exc:  # sklearn's own check of the data (say, a non-finite value)
         raise OpError(f"train_cv: scikit-learn refused the table: {exc}") from exc
     return {

@@ -190,6 +190,27 @@ def test_train_cv_matches_scikit_learn_itself(iris: pd.DataFrame) -> None:
     assert result["cv_mean"] == round(float(scores.mean()), 4)
 
 
+def test_train_cv_fits_on_one_thread(iris: pd.DataFrame, monkeypatch) -> None:
+    # HistGradientBoosting and BLAS start a thread per core unless limited; train_cv must
+    # not (two recordings side by side on 2 cores crawled). Read the limits inside the fit.
+    from sklearn import model_selection
+    from threadpoolctl import threadpool_info
+
+    seen: list[list[int]] = []
+    real = model_selection.cross_val_score
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append([pool["num_threads"] for pool in threadpool_info()])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(model_selection, "cross_val_score", spy)
+    ready, _ = run_op(iris, IRIS, "impute", {"strategy": "mean"})
+    ready, _ = run_op(ready, IRIS, "drop_columns", {"columns": ["band", "site"]})
+    _, result = run_op(ready, IRIS, "train_cv", {"model": "boost_clf"})
+    assert result["metric"] == "accuracy" and len(seen) == 1
+    assert seen[0] and set(seen[0]) == {1}, f"thread pools during the fit: {seen[0]}"
+
+
 # ---------------------------------------------------------------------------- schemas, no code
 
 
