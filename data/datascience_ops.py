@@ -515,12 +515,12 @@ def train_cv(
         splitter = KFold(folds, shuffle=True, random_state=0)
     metric = METRICS[task]
     try:
+        matrix = frame[features].to_numpy()
         # One thread: HistGradientBoosting and BLAS otherwise start one per core, and two
         # recordings side by side on 2 cores then crawl (an episode took 11 minutes).
         with threadpool_limits(1):
-            features_array = frame[features].to_numpy()
             scores = cross_val_score(
-                model, features_array, y, cv=splitter, scoring=metric, error_score="raise"
+                model, matrix, y, cv=splitter, scoring=metric, error_score="raise"
             )
     except ValueError as exc:  # sklearn's own check of the data (say, a non-finite value)
         raise OpError(f"train_cv: scikit-learn refused the table: {exc}") from exc
