@@ -3,7 +3,7 @@ to a held-out query (README, "Search"): the ceiling of a search simulator that i
 k recorded searches as examples and picks the right one among their answers. For each
 search of the first N test episodes, asked alone as the bench asks it (no previous
 observation), the train searches are ranked by the example block's TF-IDF similarity
-(`simworld.worldmodel.retrieval`), and the script counts the searches whose real top
+(`Retriever.neighbours`), and the script counts the searches whose real top
 passage is the top passage of one of the k nearest, for k = 1, 3, 5 and 10.
 
     .venv/bin/python scripts/search_neighbours.py out/search/search_train.jsonl.gz \\
@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
 from simworld.data.formats import read_episodes
 from simworld.data.records import Observation, ToolResultsObservation
-from simworld.worldmodel.retrieval import Recorded, Retriever, _bag, queries, recorded_steps
+from simworld.worldmodel.retrieval import Retriever, recorded_steps
 
 KS = (1, 3, 5, 10)
 
@@ -30,21 +28,6 @@ def top_id(observation: Observation) -> str:
     assert isinstance(observation, ToolResultsObservation)
     hits = json.loads(observation.results[0].text)
     return str(hits[0]["id"]) if hits else ""
-
-
-def nearest(memory: Retriever, step: Recorded, k: int) -> list[Recorded]:
-    """The k recorded steps most similar to `step`, as `Retriever.neighbour` ranks them
-    (the same scores; ties to the earliest). Reads the retriever's index directly."""
-    group, text = queries(step.action)[0]
-    vector = memory._vector(_bag(text), _bag(""))
-    candidates = memory._groups[(step.env, group)]
-    scores = np.zeros(len(candidates.candidates))  # (candidates,)
-    for token, weight in vector.items():
-        hit = candidates.postings.get(token)
-        if hit is not None:
-            scores[hit[0]] += weight * hit[1]
-    order = np.argsort(-scores, kind="stable")[:k]
-    return [memory.entries[memory._candidates[candidates.candidates[i]][0]] for i in order]
 
 
 def main() -> None:
@@ -61,7 +44,8 @@ def main() -> None:
     for episode in test:
         for step in recorded_steps(episode):
             real = top_id(step.observation)
-            near = [top_id(r.observation) for r in nearest(memory, step, max(KS))]
+            found_steps = memory.neighbours(step.env, step.action, "", max(KS))
+            near = [top_id(r.observation) for r in found_steps]
             searches += 1
             for k in KS:
                 found[k] += real in near[:k]

@@ -5,6 +5,7 @@ memory file a checkpoint carries so that its model retrieves with nothing else a
     retriever = Retriever([r for ep in train for r in recorded_steps(ep)])
     found = retriever.neighbour(env, action, previous)          # a Recorded, or None
     found = retriever.neighbour(env, action, previous, exclude=episode.task.id)
+    found = retriever.neighbours(env, action, previous, k=3)      # the 3 nearest, nearest first
     save_memory("ckpt/memory.jsonl.gz", retriever.entries)      # reproducible bytes
     retriever = Retriever(load_memory("ckpt/memory.jsonl.gz"))
 
@@ -196,6 +197,15 @@ class Retriever:
     ) -> tuple[int, int] | None:
         """(entry number, call position) of the candidate most similar to the query; None
         when the env is unseen or every candidate belongs to the excluded scenario."""
+        found = self._ranked(env, group, action_text, previous, exclude, 1)
+        return found[0] if found else None
+
+    def _ranked(
+        self, env: str, group: str, action_text: str, previous: str, exclude: str | None, k: int
+    ) -> list[tuple[int, int]]:
+        """(entry number, call position) of the k candidates most similar to the query,
+        most similar first (ties to the earliest), from the query's group, else from the
+        env's fallback group when the first has none left; excluded candidates never."""
         vector = self._vector(_bag(action_text), _bag(previous))
         skip = self._scenario_ids.get(exclude) if exclude is not None else None
         fallback = TEXT if group == TEXT else ANY_TOOL
@@ -210,10 +220,14 @@ class Retriever:
                     scores[hit[0]] += weight * hit[1]
             if skip is not None:
                 scores[candidates.scenarios == skip] = -np.inf
-            best = int(np.argmax(scores))  # argmax: the first of ties
-            if scores[best] > -np.inf:
-                return self._candidates[candidates.candidates[best]]
-        return None
+            if k == 1:  # argmax: the first of ties, without sorting every candidate
+                order: list[int] = [int(np.argmax(scores))]
+            else:
+                order = np.argsort(-scores, kind="stable")[:k].tolist()
+            kept = [i for i in order if scores[i] > -np.inf]
+            if kept:
+                return [self._candidates[candidates.candidates[i]] for i in kept]
+        return []
 
     def nearest_calls(
         self, env: str, action: Action, previous: str, exclude: str | None = None
@@ -235,6 +249,19 @@ class Retriever:
             return None
         found = self._nearest(env, first[0][0], first[0][1], previous, exclude)
         return None if found is None else self.entries[found[0]]
+
+    def neighbours(
+        self, env: str, action: Action, previous: str, k: int, exclude: str | None = None
+    ) -> list[Recorded]:
+        """The k recorded steps most similar to this one (by its first call), most similar
+        first; `neighbours(..., 1)` is `[neighbour(...)]` where there is one."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        first = queries(action)[:1]
+        if not first:
+            return []
+        ranked = self._ranked(env, first[0][0], first[0][1], previous, exclude, k)
+        return [self.entries[entry] for entry, _ in ranked]
 
 
 # ---------------------------------------------------------------------------- the memory file

@@ -121,6 +121,20 @@ def test_the_nearest_step_and_a_left_out_scenario(retriever: Retriever) -> None:
     ]
 
 
+def test_the_k_nearest_steps_nearest_first(retriever: Retriever) -> None:
+    todo = ToolCallsAction([call("q", "cat", file="todo.md")])
+    found = retriever.neighbours("mock", todo, "meeting at noon", 3)
+    assert [texts(f) for f in found] == [["buy milk"], ["buy milk, eggs"], ["call mum"]]
+    assert found[0] == retriever.neighbour("mock", todo, "meeting at noon")
+    # more than the group holds: every cat call of the env, then nothing else
+    assert len(retriever.neighbours("mock", todo, "", 10)) == 4
+    left = retriever.neighbours("mock", todo, "", 3, exclude="notes")
+    assert [texts(f) for f in left] == [["call mum"]]
+    assert retriever.neighbours("elsewhere", todo, "", 3) == []
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        retriever.neighbours("mock", todo, "", 0)
+
+
 def test_a_recorded_step_keeps_what_retrieval_needs() -> None:
     notes = memory_episodes()[0]
     first, second = recorded_step(notes, 0), recorded_step(notes, 1)
