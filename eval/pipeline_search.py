@@ -28,7 +28,9 @@ score minus the real score of the routed pick.
 With `--samples K` the model's floats (cv_mean, cv_std, ...) are the mean of K sampled
 predictions instead of greedy's digits (`simworld.worldmodel.sample_mean.SampleMean`), in
 both the search and the transition accuracy; the K rows are decoded in one batched call,
-and their time counts in the routed run.
+and their time counts in the routed run. `--ensemble DIR...` adds other trainings of the
+model's recipe: each decodes the same K samples and they all join the mean (with
+`--samples 0`, the greedy predictions of every model are averaged).
 
 Training overlap (`--train DUMP...`, the model's training dumps): how many of the
 model-answered pipelines were recorded in training exactly (same table, pipeline and
@@ -523,6 +525,14 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "predictions (simworld.worldmodel.sample_mean); 0: greedy alone",
     )
     parser.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="other trainings of the model's recipe: their predictions join the mean "
+        "(--samples K each, or their greedy ones with --samples 0)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared CPU)"
     )
     parser.add_argument("--json", type=Path, help="write the report here too")  # fmt: skip
@@ -543,8 +553,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.samples < 0:
             raise ValueError(f"--samples must be >= 0, got {args.samples}")
         model: WorldModel = load_world_model(args.model)
-        if args.samples:
-            model = SampleMean(model, samples=args.samples)
+        members = [load_world_model(path) for path in args.ensemble]
+        if args.samples or members:
+            model = SampleMean(model, samples=args.samples, members=members)
         loaded = time.perf_counter() - began
         test = read_episodes(args.test).episodes if args.test else []
         training = [e for path in args.train for e in read_episodes(path).episodes]
@@ -554,6 +565,7 @@ def _run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {
         "model": args.model,
         "samples": args.samples,
+        "ensemble": args.ensemble,
         "model_load_seconds": round(loaded, 2),
     }
     report.update(pipeline_search(cfg, model))

@@ -25,6 +25,15 @@ Rules, for each context of a batch:
 
 Costs K extra rows a prediction, decoded in one batched call (seeds `seed .. seed + K-1`
 for the first context, and on, so the result does not depend on the batch).
+
+An ensemble: `members` are further world models built for the same contexts (trainings of
+one recipe with other seeds: the same tokenizer, so the same prompts). Each draws the same
+K samples, and all of them join the mean (K per member); with `samples=0` the members'
+greedy predictions and the first model's are averaged instead. The structure is still the
+first model's greedy prediction.
+
+    wm = SampleMean(load_world_model("out/ds/wm"), samples=4,
+                    members=[load_world_model("out/ds/wm-b")])
 """
 
 from __future__ import annotations
@@ -48,13 +57,27 @@ class SampleMean:
     the module docstring); a WorldModel itself."""
 
     def __init__(
-        self, model: WorldModel, samples: int = 8, temperature: float = 1.0, seed: int = 0
+        self,
+        model: WorldModel,
+        samples: int = 8,
+        temperature: float = 1.0,
+        seed: int = 0,
+        members: Sequence[WorldModel] = (),
     ) -> None:
-        if samples < 1:
-            raise ValueError(f"samples must be >= 1, got {samples}")
+        if samples < (0 if members else 1):
+            least = "0 with members" if members else "1 without members"
+            raise ValueError(f"samples must be >= {least}, got {samples}")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        for number, member in enumerate(members, 1):
+            if _layout(member.budget) != _layout(model.budget):
+                raise ValueError(
+                    f"ensemble member {number} renders prompts differently from the first "
+                    f"model (budget {_layout(member.budget)} against "
+                    f"{_layout(model.budget)}): members must be trainings of one recipe"
+                )
         self.model = model
+        self.members = list(members)
         self.budget: Budget = model.budget
         self.samples = samples
         self.temperature = temperature
@@ -69,17 +92,31 @@ class SampleMean:
         self, batch: Sequence[Context], cfg: GenerationConfig | None = None
     ) -> list[Prediction]:
         greedy = self.model.predict(batch, cfg)
+        models = [self.model, *self.members]
+        if self.samples == 0:  # an ensemble of greedy predictions
+            others = [greedy, *(m.predict(batch, cfg) for m in self.members)]
+            return [
+                _averaged(prediction, [own[i] for own in others])
+                for i, prediction in enumerate(greedy)
+            ]
         base = cfg or self.generation or GenerationConfig()
         k = self.samples
         rows = tuple(self.seed + i * k + j for i in range(len(batch)) for j in range(k))
         sampling = replace(
             base, do_sample=True, temperature=self.temperature, seed=self.seed, row_seeds=rows
         )
-        sampled = self.model.predict([ctx for ctx in batch for _ in range(k)], sampling)
+        repeated = [ctx for ctx in batch for _ in range(k)]
+        sampled = [m.predict(repeated, sampling) for m in models]
         return [
-            _averaged(prediction, sampled[i * k : (i + 1) * k])
+            _averaged(prediction, [p for own in sampled for p in own[i * k : (i + 1) * k]])
             for i, prediction in enumerate(greedy)
         ]
+
+
+def _layout(budget: Budget) -> tuple[object, ...]:
+    """What shapes a prompt apart from the tokenizer's count."""
+    shares = tuple(sorted(budget.shares.items()))
+    return (budget.total, shares, budget.history_steps, budget.example, budget.state_focus)
 
 
 def _averaged(greedy: Prediction, samples: Sequence[Prediction]) -> Prediction:

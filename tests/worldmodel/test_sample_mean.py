@@ -95,11 +95,53 @@ def test_each_context_gets_its_own_seeds_whatever_the_batch() -> None:
     assert both[1].observation != both[0].observation  # seeds 12, 13
 
 
+class Shifted(Scripted):
+    """Scripted with every cv_mean 0.1 higher: another training, as an ensemble member."""
+
+    def predict(
+        self, batch: Sequence[Context], cfg: GenerationConfig | None = None
+    ) -> list[Prediction]:
+        out = []
+        for p in super().predict(batch, cfg):
+            first, second = p.observation.results  # type: ignore[union-attr]
+            value = dict(first.structured)  # type: ignore[arg-type]
+            if "cv_mean" in value:
+                value["cv_mean"] = round(value["cv_mean"] + 0.1, 4)
+            out.append(_prediction(json.dumps(value), second.text, first.is_error))
+        return out
+
+
+def test_an_ensemble_averages_every_members_samples() -> None:
+    first, member = Scripted(), Shifted()
+    (p,) = SampleMean(first, samples=2, seed=0, members=[member]).predict([object()])
+    result = p.observation.results[0]  # type: ignore[union-attr]
+    # seeds 0 and 1 of each: 0.50, 0.51 and 0.60, 0.61
+    assert result.structured["cv_mean"] == round((0.50 + 0.51 + 0.60 + 0.61) / 4, 4)
+    assert result.structured["folds"] == 5  # the first model's greedy structure
+    assert member.configs[-1].row_seeds == (0, 1)  # the same seeds as the first model
+    assert [c.do_sample for c in member.configs] == [True]  # no greedy row for a member
+
+
+def test_an_ensemble_without_samples_averages_the_greedy_predictions() -> None:
+    first, member = Scripted(), Shifted()
+    (p,) = SampleMean(first, samples=0, members=[member]).predict([object()])
+    result = p.observation.results[0]  # type: ignore[union-attr]
+    assert result.structured["cv_mean"] == round((0.9123 + 1.0123) / 2, 4)
+    assert result.structured["cv_std"] == 0.01  # the same in both: unchanged
+    assert not any(c.do_sample for c in first.configs + member.configs)
+
+
 def test_bad_settings_are_refused() -> None:
-    with pytest.raises(ValueError, match="samples"):
+    with pytest.raises(ValueError, match="samples must be >= 1 without members"):
         SampleMean(Scripted(), samples=0)
+    with pytest.raises(ValueError, match="samples must be >= 0 with members"):
+        SampleMean(Scripted(), samples=-1, members=[Scripted()])
     with pytest.raises(ValueError, match="temperature"):
         SampleMean(Scripted(), temperature=0)
+    other = Scripted()
+    other.budget = Budget(total=2048)  # type: ignore[misc]
+    with pytest.raises(ValueError, match="member 1 renders prompts differently"):
+        SampleMean(Scripted(), members=[other])
 
 
 def test_on_a_real_model_without_floats_the_prediction_is_greedys(
