@@ -90,6 +90,12 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "(the tiny preset's; the default preset keeps the plain view)",
     )
     sft.add_argument(
+        "--copy-next",
+        action="store_true",
+        help="the copy head points at the token after the attended position (match the "
+        "token just written, take what followed it); from scratch only, off in both presets",
+    )
+    sft.add_argument(
         "--bf16",
         action="store_true",
         help="bf16 autocast of the forward pass (weights, optimizer, loss stay fp32); only on "
@@ -290,6 +296,7 @@ def _sft(args: argparse.Namespace) -> int:
             split_digits="" if args.split_digits == "none" else args.split_digits,
             max_target_tokens=args.max_target_tokens,
             state_focus=True if args.state_focus else None,
+            copy_next=args.copy_next,
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,

@@ -113,6 +113,7 @@ class SFTRun:
     split_digits: str | None = None
     max_target_tokens: int | None = None  # the longest target learned (None: the preset's)
     state_focus: bool | None = None  # the action-focused state view (None: the preset's)
+    copy_next: bool = False  # the copy head points at the token after the attended one
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -138,6 +139,11 @@ class SFTRun:
             raise ValueError(
                 "split_digits shapes a tokenizer trained from scratch: a base or an init "
                 "checkpoint brings its own tokenizer; drop split_digits"
+            )
+        if self.copy_next and (self.base is not None or self.init is not None):
+            raise ValueError(
+                "copy_next shapes a from-scratch copy head: a base or an init checkpoint "
+                "brings its own; drop copy_next"
             )
         if self.epochs is not None and self.epochs < 1:
             raise ValueError(f"epochs must be at least 1, got {self.epochs}")
@@ -190,7 +196,11 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         serialization_version=str(SERIALIZATION_VERSION),
         base=base,
         lora_r=run.lora_r,
-        model=replace(cfg.model, max_positions=max(cfg.model.max_positions, span)),
+        model=replace(
+            cfg.model,
+            max_positions=max(cfg.model.max_positions, span),
+            copy_next=run.copy_next,
+        ),
     )
     print(
         f"sft: {len(train)} train / {len(val)} val examples; left out (train): "

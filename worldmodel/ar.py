@@ -50,6 +50,7 @@ class ARConfig:
     tie_embeddings: bool = True  # input and output embeddings share weights (smaller file)
     dropout: float = 0.0
     copy_dim: int = 64  # > 0: a copy (pointer) head of this width (copy_head.py); 0: none
+    copy_next: bool = False  # the pointer copies the token after the attended one
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads:
@@ -74,6 +75,8 @@ class ARConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.copy_dim < 0:
             raise ValueError(f"copy_dim must be >= 0 (0: no copy head), got {self.copy_dim}")
+        if self.copy_next and not self.copy_dim:
+            raise ValueError("copy_next needs a copy head: set copy_dim > 0")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ARConfig:
@@ -125,7 +128,8 @@ def build_model(
         eos_token_id=eos_token_id,
     )
     if cfg.copy_dim:
-        return CopyLlamaForCausalLM(CopyLlamaConfig(copy_dim=cfg.copy_dim, **shape))
+        config = CopyLlamaConfig(copy_dim=cfg.copy_dim, copy_next=cfg.copy_next, **shape)
+        return CopyLlamaForCausalLM(config)
     return LlamaForCausalLM(LlamaConfig(**shape))
 
 

@@ -19,6 +19,15 @@ t may attend to (causal, within its own packed example; `pointer_mask`). The mod
 `logits` are log p, so every consumer that takes log_softmax or softmax of logits (the SFT
 loss, GRPO's log-probs, samplers) sees exactly this distribution.
 
+`copy_next=True` (a config field; False in checkpoints from before it) points at the token
+*after* the attended position instead: the sum runs over j < t with x_{j+1} = w. Copying
+a span then means matching the token just written with its earlier occurrence and taking
+what followed it there, which the pointer can do from the current token alone. With
+`x_j = w` (the original form) the key at j has to carry the token before j, which a small
+model learns late: trained from scratch, it loops inside copied spans
+(`'final_report.pdfdfdfdf…`, `"notnot healthy"`). A position with no earlier position in
+its example copies nothing (the mixture is the vocabulary head's distribution there).
+
 Decoding: the own decode path (`engines/lean.py`) caches each position's pointer key and
 token beside its attention keys and values. HF `generate` has no place for them in its
 cache, so this model refuses incremental decoding (a past cache with content) and the
@@ -48,8 +57,9 @@ class CopyLlamaConfig(LlamaConfig):  # type: ignore[no-untyped-call]
 
     model_type = MODEL_TYPE
 
-    def __init__(self, copy_dim: int = 64, **kwargs: Any) -> None:
+    def __init__(self, copy_dim: int = 64, copy_next: bool = False, **kwargs: Any) -> None:
         self.copy_dim = copy_dim
+        self.copy_next = copy_next
         super().__init__(**kwargs)
 
 
@@ -91,8 +101,11 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):  # type: ignore[no-untyped-call]
         )
         h = out.last_hidden_state  # (B, T, D), after the final norm
         allowed = pointer_mask(attention_mask, input_ids.shape[1], input_ids.device)
+        keys, ids = self.copy_k(h), input_ids
+        if self.config.copy_next:  # key j offers the token at j + 1
+            keys, ids, allowed = keys[:, :-1], ids[:, 1:], next_token_mask(allowed)
         logp = mixture_logprobs(
-            self.lm_head(h), self.copy_q(h), self.copy_k(h), self.copy_gate(h), input_ids, allowed
+            self.lm_head(h), self.copy_q(h), keys, self.copy_gate(h), ids, allowed
         )  # (B, T, V)
         return CausalLMOutputWithPast(logits=logp, cache=out.cache)
 
@@ -103,8 +116,9 @@ def mixture_logprobs(
     """log p of the mixture for T query positions over S key positions.
 
     logits (B, T, V) from the vocabulary head; query (B, T, dc); keys (B, S, dc); gate
-    (B, T, 1) before the sigmoid; ids (B, S) the token at each key position; allowed
-    (B, T, S) which positions each query may copy from (every row allows at least one)."""
+    (B, T, 1) before the sigmoid; ids (B, S) the token each key position offers; allowed
+    (B, T, S) which positions each query may copy from (a row that allows none copies
+    nothing: its distribution is the vocabulary head's)."""
     with torch.autocast(logits.device.type, enabled=False):  # the mixture stays in fp32
         return _mixture(logits.float(), query.float(), keys.float(), gate.float(), ids, allowed)
 
@@ -117,8 +131,11 @@ def _mixture(
     attn = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (B, T, S)
     B, T, S = attn.shape
     index = ids[:, None, :].expand(B, T, S)  # (B, T, S)
-    p_copy = torch.zeros_like(p_vocab).scatter_add_(2, index, attn)  # (B, T, V)
     g = torch.sigmoid(gate)  # (B, T, 1)
+    anything = allowed.any(dim=-1, keepdim=True)  # (B | 1, T, 1)
+    if not bool(anything.all()):  # a row that may copy nothing generates: g = 1, no NaN
+        attn, g = attn.masked_fill(~allowed, 0.0), torch.where(anything, g, 1.0)
+    p_copy = torch.zeros_like(p_vocab).scatter_add_(2, index, attn)  # (B, T, V)
     return torch.log(g * p_vocab + (1 - g) * p_copy + EPS)  # (B, T, V)
 
 
@@ -138,6 +155,12 @@ def pointer_mask(attention_mask: Tensor | None, T: int, device: torch.device) ->
     return (causal & valid) | eye
 
 
+def next_token_mask(allowed: Tensor) -> Tensor:
+    """(.., T, S) pointer mask -> (.., T, S - 1) for a pointer at the next token: position
+    j offers token j + 1, so both must be visible (j + 1 <= t, one packed example)."""
+    return allowed[..., :-1] & allowed[..., 1:]
+
+
 def is_copy_model(model: Any) -> TypeGuard[CopyLlamaForCausalLM]:
     return isinstance(model, CopyLlamaForCausalLM)
 
@@ -145,7 +168,8 @@ def is_copy_model(model: Any) -> TypeGuard[CopyLlamaForCausalLM]:
 def without_copy_head(model: CopyLlamaForCausalLM) -> LlamaForCausalLM:
     """The same Llama without the copy head (its weights shared, not copied): what HF
     `generate` with a KV cache can run, as a baseline of decode machinery at equal size."""
-    shape = {k: v for k, v in model.config.to_dict().items() if k not in ("copy_dim", "model_type")}
+    drop = ("copy_dim", "copy_next", "model_type")
+    shape = {k: v for k, v in model.config.to_dict().items() if k not in drop}
     plain = LlamaForCausalLM(LlamaConfig(**shape))
     plain.model, plain.lm_head = model.model, model.lm_head
     plain.train(model.training)
@@ -171,6 +195,7 @@ __all__ = [
     "CopyLlamaForCausalLM",
     "is_copy_model",
     "mixture_logprobs",
+    "next_token_mask",
     "pointer_mask",
     "register",
     "without_copy_head",

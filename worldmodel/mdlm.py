@@ -77,6 +77,9 @@ class MDLMConfig:
     shift: bool = False
     causal_prefix: bool = False  # the prefix attends causally (as AR) instead of both ways
     norm_eps: float = 1e-6  # RMSNorm epsilon
+    # the pointer offers the prefix token after the attended one (an AR checkpoint trained
+    # with copy_next, adapted: `copy_head.py`); False: the attended token itself
+    copy_next: bool = False
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.n_heads or self.n_heads % self.n_kv_heads:
@@ -94,6 +97,8 @@ class MDLMConfig:
             )
         if self.copy_dim < 0:
             raise ValueError(f"copy_dim must be 0 (no copy head) or more, got {self.copy_dim}")
+        if self.copy_next and not self.copy_dim:
+            raise ValueError("copy_next needs a copy head: set copy_dim > 0")
         for name in ("n_layers", "intermediate_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -301,10 +306,11 @@ class MDLM(nn.Module):
         logits: Tensor = h @ head.T  # (B, L, V)
         if prefix.copy_keys is None or prefix.ids is None:
             return logits
-        allowed = prefix.valid[:, None, :].expand(B, L, -1)  # (B, L, P): real prefix tokens
-        return mixture_logprobs(
-            logits, self.copy_q(h), prefix.copy_keys, self.copy_gate(h), prefix.ids, allowed
-        )
+        keys, ids, valid = prefix.copy_keys, prefix.ids, prefix.valid  # over P positions
+        if self.cfg.copy_next:  # prefix position j offers the token at j + 1
+            keys, ids, valid = keys[:, :-1], ids[:, 1:], valid[:, :-1] & valid[:, 1:]
+        allowed = valid[:, None, :].expand(B, L, -1)  # (B, L, P | P - 1): real prefix tokens
+        return mixture_logprobs(logits, self.copy_q(h), keys, self.copy_gate(h), ids, allowed)
 
 
 def _init(module: nn.Module) -> None:

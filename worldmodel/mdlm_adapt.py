@@ -78,6 +78,7 @@ def mdlm_config_from_ar(ar_dir: str | Path, **overrides: Any) -> tuple[MDLMConfi
         max_positions=int(raw.get("max_position_embeddings", 1024)),
         rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
         copy_dim=int(raw.get("copy_dim", 0)),
+        copy_next=bool(raw.get("copy_next", False)),
         shift=True,
         causal_prefix=True,
         norm_eps=float(raw.get("rms_norm_eps", 1e-6)),

@@ -50,9 +50,10 @@ def conversations(n: int = 3) -> list[list[dict[str, str]]]:
     ]
 
 
-def copy_model(seed: int = 0) -> CopyLlamaForCausalLM:
+def copy_model(seed: int = 0, copy_next: bool = False) -> CopyLlamaForCausalLM:
     torch.manual_seed(seed)
-    model = build_model(ARConfig.preset("tiny", copy_dim=16), len(tiny_tokenizer()), 0, 0)
+    cfg = ARConfig.preset("tiny", copy_dim=16, copy_next=copy_next)
+    model = build_model(cfg, len(tiny_tokenizer()), 0, 0)
     assert isinstance(model, CopyLlamaForCausalLM)
     with torch.no_grad():  # weights large enough that greedy choices are not near-ties
         for p in model.parameters():

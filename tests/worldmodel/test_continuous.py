@@ -49,9 +49,12 @@ def configs() -> list[GenerationConfig]:
     ]
 
 
-@pytest.mark.parametrize(("model", "overlap"), [("llama", True), ("copy", True), ("llama", False)])
+@pytest.mark.parametrize(
+    ("model", "overlap"),
+    [("llama", True), ("copy", True), ("copy-next", True), ("llama", False)],
+)
 def test_rows_joining_mid_batch_get_what_they_get_alone(model: str, overlap: bool) -> None:
-    lm = tiny_model() if model == "llama" else copy_model()
+    lm = tiny_model() if model == "llama" else copy_model(copy_next=model == "copy-next")
     ps = prompts(6, context=40) + prompts(6, context=30, shared=18, seed=3)
     cfgs = [configs()[i % 6] for i in range(len(ps))]
     solo = TransformersEngine(lm, tiny_tokenizer(), batch_size=1)

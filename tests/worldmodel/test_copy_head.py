@@ -1,6 +1,7 @@
 """The copy (pointer) head: its logits are a normalized generate-or-copy mixture, it copies
 only from positions the token may attend to, the own decode path gives the same tokens as
-a full recompute, checkpoints round-trip, and it learns to copy strings it never saw."""
+a full recompute, checkpoints round-trip, and it learns to copy strings it never saw; the
+same for the head that copies the token after the attended one (`copy_next`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from simworld.worldmodel.checkpoint import CheckpointMeta, load_checkpoint, save
 from simworld.worldmodel.copy_head import (
     CopyLlamaForCausalLM,
     mixture_logprobs,
+    next_token_mask,
     pointer_mask,
     without_copy_head,
 )
@@ -26,11 +28,34 @@ from simworld.worldmodel.engines.base import GenerationConfig
 from simworld.worldmodel.engines.hf import TransformersEngine
 
 
-def test_logits_are_a_normalized_mixture() -> None:
-    model = copy_model()
+@pytest.mark.parametrize("copy_next", [False, True])
+def test_logits_are_a_normalized_mixture(copy_next: bool) -> None:
+    model = copy_model(copy_next=copy_next)
     ids = torch.randint(1, 300, (2, 12))
     logp = model(input_ids=ids).logits  # (B, T, V)
     assert torch.allclose(logp.exp().sum(-1), torch.ones(2, 12), atol=1e-4)
+    assert torch.isfinite(logp).all()  # position 0 has nothing before it to copy
+
+
+def test_the_next_token_pointer_offers_what_followed_the_attended_position() -> None:
+    # a model whose gate copies only (bias -50), its pointer on the last position it may use
+    model = copy_model(copy_next=True)
+    with torch.no_grad():
+        model.copy_gate.weight.zero_()
+        model.copy_gate.bias.fill_(-50.0)
+    ids = torch.tensor([[11, 12, 13, 14]])
+    with torch.no_grad():
+        p = model(input_ids=ids).logits.exp()[0]  # (T, V)
+        vocabulary = torch.softmax(model.lm_head(model.model(input_ids=ids)[0])[0, 0], -1)
+    # position t may copy the tokens at 1..t (each followed a position j < t), never x_0
+    for t in range(1, 4):
+        assert float(p[t, ids[0, 1 : t + 1]].sum()) == pytest.approx(1.0, abs=1e-4)
+        assert float(p[t, 11]) < 1e-6
+    # nothing to copy at position 0: the vocabulary head's distribution, whatever the gate
+    assert torch.allclose(p[0], vocabulary, atol=1e-6)
+    # the mask: j allowed when j and j + 1 both are (one packed example, j + 1 <= t)
+    packed = torch.tensor([[[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 1, 1]]]).bool()
+    assert next_token_mask(packed).int().tolist() == [[[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 1]]]
 
 
 def test_the_pointer_copies_only_what_it_may_attend_to() -> None:
@@ -63,9 +88,9 @@ def test_pointer_masks_follow_the_attention_masks() -> None:
     assert not allowed[0, n:, :n].any() and allowed[0, n:, n:].any()
 
 
-@pytest.mark.parametrize("shared", [0, 24])
-def test_own_decode_path_matches_a_full_recompute(shared: int) -> None:
-    model, tok = copy_model(), tiny_tokenizer()
+@pytest.mark.parametrize(("shared", "copy_next"), [(0, False), (24, False), (24, True)])
+def test_own_decode_path_matches_a_full_recompute(shared: int, copy_next: bool) -> None:
+    model, tok = copy_model(copy_next=copy_next), tiny_tokenizer()
     ps = prompts(6, context=40, shared=shared)
     cfg = GenerationConfig(max_new_tokens=12)
     own = TransformersEngine(model, tok, decode="own", batch_size=4)
@@ -87,11 +112,13 @@ def test_incremental_hf_decoding_is_refused_and_the_plain_llama_shares_weights()
     plain.generate(input_ids=ids, max_new_tokens=3, pad_token_id=0)  # a KV cache works there
 
 
-def test_a_copy_checkpoint_round_trips(tmp_path: Path) -> None:
-    model, tok = copy_model(), tiny_tokenizer()
+@pytest.mark.parametrize("copy_next", [False, True])
+def test_a_copy_checkpoint_round_trips(tmp_path: Path, copy_next: bool) -> None:
+    model, tok = copy_model(copy_next=copy_next), tiny_tokenizer()
     save_checkpoint(tmp_path, model, tok, CheckpointMeta(serialization_version="2"))
     loaded, _, _ = load_checkpoint(tmp_path)
     assert isinstance(loaded, CopyLlamaForCausalLM)
+    assert loaded.config.copy_next is copy_next
     ids = torch.randint(1, 300, (1, 9))
     assert torch.allclose(loaded(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
 
@@ -106,18 +133,19 @@ def _copy_pairs(n: int, seed: int) -> list[Example]:
 def test_the_head_learns_to_copy_names_it_never_saw(tmp_path: Path) -> None:
     train, unseen = _copy_pairs(200, seed=1), _copy_pairs(16, seed=2)
     scores = {}
-    for copy_dim in (0, 16):
+    for name, copy_dim, copy_next in (("none", 0, False), ("at", 16, False), ("next", 16, True)):
         cfg = SFTConfig.preset(
             "tiny",
-            model=ARConfig.preset("tiny", copy_dim=copy_dim),
+            model=ARConfig.preset("tiny", copy_dim=copy_dim, copy_next=copy_next),
             epochs=80,
             eval_every=0,
             exact_samples=16,
             progress=False,
         )
-        metrics = train_sft(cfg, train, unseen, tmp_path / str(copy_dim))
-        scores[copy_dim] = metrics["val_exact"]
-    assert scores[16] >= 0.75 and scores[16] > scores[0] + 0.25, scores
+        metrics = train_sft(cfg, train, unseen, tmp_path / name)
+        scores[name] = metrics["val_exact"]
+    assert scores["at"] >= 0.75 and scores["at"] > scores["none"] + 0.25, scores
+    assert scores["next"] >= 0.75 and scores["next"] > scores["none"] + 0.25, scores
 
 
 def test_the_default_recipe_trains_the_copy_head() -> None:

@@ -20,11 +20,11 @@ from simworld.worldmodel.tokenizer import load_tokenizer, train_tokenizer
 TEXTS = ["[state] grid 4x4 at (1, 2) [action] move(left)", '{"observation": "moved", "ok": 1}']
 
 
-def _ar_checkpoint(directory: Path, copy_dim: int) -> Path:
+def _ar_checkpoint(directory: Path, copy_dim: int, copy_next: bool = False) -> Path:
     """A tiny AR checkpoint with weights large enough that distributions are not flat."""
     tok = train_tokenizer(TEXTS * 20, 300)
     torch.manual_seed(0)
-    cfg = ARConfig.preset("tiny", copy_dim=copy_dim)
+    cfg = ARConfig.preset("tiny", copy_dim=copy_dim, copy_next=copy_next)
     model = build_model(cfg, len(tok), tok.pad_token_id, tok.eos_token_id)
     with torch.no_grad():
         for p in model.parameters():
@@ -43,19 +43,20 @@ def _batch(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, valid
 
 
-@pytest.mark.parametrize("copy_dim", [0, 16])
+@pytest.mark.parametrize(("copy_dim", "copy_next"), [(0, False), (16, False), (16, True)])
 def test_the_first_target_position_is_the_ar_models_next_token(
-    tmp_path: Path, copy_dim: int
+    tmp_path: Path, copy_dim: int, copy_next: bool
 ) -> None:
     from transformers import AutoModelForCausalLM
 
     from simworld.worldmodel.copy_head import register
 
     register()
-    path = _ar_checkpoint(tmp_path / "ar", copy_dim)
+    path = _ar_checkpoint(tmp_path / "ar", copy_dim, copy_next)
     mdlm, tok = mdlm_from_ar(path, target_len=5)
     mdlm.train(False)
     assert mdlm.cfg.shift and mdlm.cfg.causal_prefix and mdlm.cfg.copy_dim == copy_dim
+    assert mdlm.cfg.copy_next is copy_next
     ar = AutoModelForCausalLM.from_pretrained(str(path)).eval()
     rows = [tok.encode(TEXTS[0]), tok.encode("[action] look")]  # two lengths: right padding
     ids, valid = _batch(rows)

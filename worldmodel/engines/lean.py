@@ -100,6 +100,7 @@ class _Copy:
     key: Tensor  # (dc, D)
     gate: Tensor  # (1, D)
     gate_bias: Tensor  # (1,)
+    next: bool  # slot j offers the token at j + 1 (copy_head.py's copy_next)
 
 
 @dataclass
@@ -161,6 +162,7 @@ class LeanLlama:
                 key=head.copy_k.weight.detach(),
                 gate=head.copy_gate.weight.detach(),
                 gate_bias=head.copy_gate.bias.detach(),
+                next=bool(getattr(head.config, "copy_next", False)),
             )
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
@@ -309,9 +311,14 @@ class LeanLlama:
         c = self.copy
         query = F.linear(hidden, c.query)[:, None]  # (B, 1, dc)
         gate = F.linear(hidden, c.gate, c.gate_bias)[:, None]  # (B, 1, 1)
-        keys = cache.copy_k[:, 0, :end]  # (B, S, dc)
-        ids = cache.ids[:, 0, :end, 0]  # (B, S)
-        allowed = key_valid[:, None, :end]  # (B, 1, S)
+        if c.next:  # slot j offers the token at slot j + 1 (copy_head.py)
+            keys = cache.copy_k[:, 0, : end - 1]  # (B, S - 1, dc)
+            ids = cache.ids[:, 0, 1:end, 0]  # (B, S - 1)
+            allowed = (key_valid[:, : end - 1] & key_valid[:, 1:end])[:, None]  # (B, 1, S - 1)
+        else:
+            keys = cache.copy_k[:, 0, :end]  # (B, S, dc)
+            ids = cache.ids[:, 0, :end, 0]  # (B, S)
+            allowed = key_valid[:, None, :end]  # (B, 1, S)
         return mixture_logprobs(logits[:, None], query, keys, gate, ids, allowed)[:, 0]
 
 
