@@ -23,10 +23,12 @@ loss, GRPO's log-probs, samplers) sees exactly this distribution.
 *after* the attended position instead: the sum runs over j < t with x_{j+1} = w. Copying
 a span then means matching the token just written with its earlier occurrence and taking
 what followed it there, which the pointer can do from the current token alone. With
-`x_j = w` (the original form) the key at j has to carry the token before j, which a small
-model learns late: trained from scratch, it loops inside copied spans
-(`'final_report.pdfdfdfdf…`, `"notnot healthy"`). A position with no earlier position in
-its example copies nothing (the mixture is the vocabulary head's distribution there).
+`x_j = w` (the original form) the key at j has to carry the token before j. A position
+with no earlier position in its example copies nothing (the mixture is the vocabulary
+head's distribution there). Measured once on the default recipe (README, "The copy head
+pointing at the next token"): lower val loss and more FrozenLake boards right, fewer BFCL
+results, and the loops inside copied spans that motivated it (`'report.pdfdfdf…`) stayed;
+so it is off by default.
 
 Decoding: the own decode path (`engines/lean.py`) caches each position's pointer key and
 token beside its attention keys and values. HF `generate` has no place for them in its
