@@ -105,7 +105,7 @@ class CopyLlamaForCausalLM(LlamaForCausalLM):  # type: ignore[no-untyped-call]
         allowed = pointer_mask(attention_mask, input_ids.shape[1], input_ids.device)
         keys, ids = self.copy_k(h), input_ids
         if self.config.copy_next:  # key j offers the token at j + 1
-            keys, ids, allowed = keys[:, :-1], ids[:, 1:], next_token_mask(allowed)
+            keys, ids, allowed = offering_next(keys, ids, allowed)
         logp = mixture_logprobs(
             self.lm_head(h), self.copy_q(h), keys, self.copy_gate(h), ids, allowed
         )  # (B, T, V)
@@ -163,6 +163,12 @@ def next_token_mask(allowed: Tensor) -> Tensor:
     return allowed[..., :-1] & allowed[..., 1:]
 
 
+def offering_next(keys: Tensor, ids: Tensor, allowed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The pointer's keys (B, S, dc), tokens (B, S) and mask (.., S) over S positions ->
+    the same over S - 1, position j offering the token at j + 1 (`copy_next`)."""
+    return keys[:, :-1], ids[:, 1:], next_token_mask(allowed)
+
+
 def is_copy_model(model: Any) -> TypeGuard[CopyLlamaForCausalLM]:
     return isinstance(model, CopyLlamaForCausalLM)
 
@@ -198,6 +204,7 @@ __all__ = [
     "is_copy_model",
     "mixture_logprobs",
     "next_token_mask",
+    "offering_next",
     "pointer_mask",
     "register",
     "without_copy_head",

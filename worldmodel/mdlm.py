@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from transformers import PreTrainedTokenizerBase
 
 from simworld.worldmodel.checkpoint import META_FILE, CheckpointMeta, read_meta
-from simworld.worldmodel.copy_head import mixture_logprobs
+from simworld.worldmodel.copy_head import mixture_logprobs, offering_next
 from simworld.worldmodel.tokenizer import load_tokenizer
 
 CONFIG_FILE = "mdlm.json"
@@ -308,7 +308,7 @@ class MDLM(nn.Module):
             return logits
         keys, ids, valid = prefix.copy_keys, prefix.ids, prefix.valid  # over P positions
         if self.cfg.copy_next:  # prefix position j offers the token at j + 1
-            keys, ids, valid = keys[:, :-1], ids[:, 1:], valid[:, :-1] & valid[:, 1:]
+            keys, ids, valid = offering_next(keys, ids, valid)
         allowed = valid[:, None, :].expand(B, L, -1)  # (B, L, P | P - 1): real prefix tokens
         return mixture_logprobs(logits, self.copy_q(h), keys, self.copy_gate(h), ids, allowed)
 

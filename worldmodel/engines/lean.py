@@ -29,7 +29,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from simworld.worldmodel.copy_head import MODEL_TYPE as COPY_MODEL_TYPE
-from simworld.worldmodel.copy_head import is_copy_model, mixture_logprobs
+from simworld.worldmodel.copy_head import is_copy_model, mixture_logprobs, offering_next
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")
 PREFILL_BLOCK = 32  # prefill attention runs in query blocks aligned to this many slots
@@ -311,14 +311,11 @@ class LeanLlama:
         c = self.copy
         query = F.linear(hidden, c.query)[:, None]  # (B, 1, dc)
         gate = F.linear(hidden, c.gate, c.gate_bias)[:, None]  # (B, 1, 1)
-        if c.next:  # slot j offers the token at slot j + 1 (copy_head.py)
-            keys = cache.copy_k[:, 0, : end - 1]  # (B, S - 1, dc)
-            ids = cache.ids[:, 0, 1:end, 0]  # (B, S - 1)
-            allowed = (key_valid[:, : end - 1] & key_valid[:, 1:end])[:, None]  # (B, 1, S - 1)
-        else:
-            keys = cache.copy_k[:, 0, :end]  # (B, S, dc)
-            ids = cache.ids[:, 0, :end, 0]  # (B, S)
-            allowed = key_valid[:, None, :end]  # (B, 1, S)
+        keys = cache.copy_k[:, 0, :end]  # (B, S, dc)
+        ids = cache.ids[:, 0, :end, 0]  # (B, S)
+        allowed = key_valid[:, None, :end]  # (B, 1, S)
+        if c.next:  # slot j offers the token at slot j + 1: S - 1 slots
+            keys, ids, allowed = offering_next(keys, ids, allowed)
         return mixture_logprobs(logits[:, None], query, keys, gate, ids, allowed)[:, 0]
 
 
