@@ -90,6 +90,22 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "(the tiny preset's; the default preset keeps the plain view)",
     )
     sft.add_argument(
+        "--examples",
+        type=int,
+        metavar="K",
+        help="with --example-tokens: show the K nearest recorded steps, nearest first, as "
+        "fit the block (default 1)",
+    )
+    sft.add_argument(
+        "--drop-result-field",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="leave this key out of the JSON tool results the model learns to write (targets "
+        "and example blocks; repeatable). For search: --drop-result-field text, and grounding "
+        "serves each passage the model names from the corpus",
+    )
+    sft.add_argument(
         "--copy-next",
         action="store_true",
         help="the copy head points at the token after the attended position (match the "
@@ -292,11 +308,13 @@ def _sft(args: argparse.Namespace) -> int:
             base=args.base,
             lora_r=args.lora_r,
             example_tokens=args.example_tokens,
+            example_count=args.examples,
             copy_augment=args.copy_augment,
             split_digits="" if args.split_digits == "none" else args.split_digits,
             max_target_tokens=args.max_target_tokens,
             state_focus=True if args.state_focus else None,
             copy_next=args.copy_next,
+            drop_result_fields=tuple(args.drop_result_field),
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,

@@ -11,6 +11,13 @@ each prompt shows its nearest recorded step as the example block. Train steps pa
 scenario several ways under one `Task.id`; a step shown its own scenario's answer learns
 to copy it, which it cannot do at test time). Val and test steps search the whole memory.
 
+`drop_fields` leaves the named keys out of the JSON results the model learns to write (the
+targets, and the example blocks through the memory: `drop_fields_in`); prompts' history
+keeps whole results, as serving shows them. What it is for: the search env's grounding
+(simulators/envs/search.py) serves each passage the model names by id from the corpus, so
+a model that writes only ids, titles and scores (`drop_fields=("text",)`) spends its
+tokens on which passages, not on copying 40 words.
+
 Nothing is dropped silently: a step whose context cannot fit the budget, or whose target is
 longer than `max_target_tokens` (counted by `budget.count`, the tokenizer's own count when
 the caller has one), is left out and counted in the report, which the trainer prints and
@@ -22,18 +29,25 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from simworld.data.bundle import exclude_apis as drop_apis
 from simworld.data.bundle import load_bundled
 from simworld.data.formats import read_episodes
-from simworld.data.records import Episode, ToolCallsAction
+from simworld.data.records import (
+    JSON,
+    Episode,
+    Observation,
+    ToolCallsAction,
+    ToolResult,
+    ToolResultsObservation,
+)
 from simworld.training.augment import AugmentReport, CopyAugment, Pair, copy_variants
 from simworld.training.batching import Example
 from simworld.worldmodel.context import Budget, Context, build_context, with_example
 from simworld.worldmodel.render import render_prompt, render_target, section
-from simworld.worldmodel.retrieval import Retriever
+from simworld.worldmodel.retrieval import Recorded, Retriever
 from simworld.worldmodel.views import BudgetError
 
 
@@ -83,11 +97,14 @@ def to_examples(
     memory: Retriever | None = None,
     exclude_own: bool = False,
     augment: CopyAugment | None = None,
+    drop_fields: Sequence[str] = (),
 ) -> tuple[list[Example], ExampleReport]:
     """Every step of every episode as an Example (prompt within `budget`, with its nearest
-    step in `memory` as the example; from other scenarios only with `exclude_own`), grouped
+    steps in `memory`, `budget.examples` of them, as the example block; from other
+    scenarios only with `exclude_own`), grouped
     by scenario; over-long steps are counted in the report, not silently dropped. With
-    `augment`, the renamed variants (`simworld.training.augment`) that still fit follow."""
+    `augment`, the renamed variants (`simworld.training.augment`) that still fit follow.
+    `drop_fields`: keys left out of the target's JSON results (`drop_fields_in`)."""
     examples: list[Example] = []
     pairs: list[Pair] = []
     report = ExampleReport()
@@ -100,8 +117,13 @@ def to_examples(
                 continue
             if memory is not None:
                 own = episode.task.id if exclude_own else None
-                found = memory.neighbour(episode.env, ctx.action_record, ctx.previous, own)
+                found = memory.neighbours(
+                    episode.env, ctx.action_record, ctx.previous, budget.examples, own
+                )
                 ctx = with_example(ctx, found, budget)
+            if drop_fields and ctx.target is not None:
+                seen = drop_fields_in(ctx.target.observation, drop_fields)
+                ctx = replace(ctx, target=replace(ctx.target, observation=seen))
             target = render_target(ctx)
             if budget.count(target) > max_target_tokens:
                 report.long_target += 1
@@ -121,6 +143,45 @@ def to_examples(
     return examples, report
 
 
+def drop_fields_in(observation: Observation, names: Sequence[str]) -> Observation:
+    """`observation` with the keys `names` left out of every JSON object, at any depth, of
+    its tool results' parsed JSON. A result that held one is rewritten from what is left,
+    in its own JSON style (compact, or json.dumps' default spacing) where the text was one
+    of them, else compact; results without such a key, and non-JSON results, stay as
+    they are."""
+    if not names or not isinstance(observation, ToolResultsObservation):
+        return observation
+    drop = frozenset(names)
+    results = []
+    for result in observation.results:
+        kept = _without(result.structured, drop)
+        if kept == result.structured:
+            results.append(result)
+            continue
+        spaced = result.text == json.dumps(result.structured, ensure_ascii=False)
+        text = (
+            json.dumps(kept, ensure_ascii=False)
+            if spaced
+            else json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+        )
+        results.append(ToolResult(result.call_id, text, kept, result.is_error))
+    return replace(observation, results=results)
+
+
+def drop_fields_in_memory(entries: Sequence[Recorded], names: Sequence[str]) -> list[Recorded]:
+    """Recorded steps with `drop_fields_in` applied to their observations: the memory a
+    model trained with `drop_fields` retrieves its example blocks from."""
+    return [replace(r, observation=drop_fields_in(r.observation, names)) for r in entries]
+
+
+def _without(value: JSON, drop: frozenset[str]) -> JSON:
+    if isinstance(value, dict):
+        return {k: _without(v, drop) for k, v in value.items() if k not in drop}
+    if isinstance(value, list):
+        return [_without(v, drop) for v in value]
+    return value
+
+
 def _pair(example: Example, ctx: Context) -> Pair:
     """What copy augmentation needs of a pair: its fixed blocks' text, the env and first
     tool its target's vocabulary is counted under ("": a text action, never renamed) and
@@ -135,4 +196,10 @@ def _pair(example: Example, ctx: Context) -> Pair:
     return Pair(example, fixed, f"{ctx.env}:{action.calls[0].name}", json.dumps(values))
 
 
-__all__ = ["ExampleReport", "load_split", "to_examples"]
+__all__ = [
+    "ExampleReport",
+    "drop_fields_in",
+    "drop_fields_in_memory",
+    "load_split",
+    "to_examples",
+]

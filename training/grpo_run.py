@@ -132,7 +132,9 @@ def make_items(
             continue
         if memory is not None and budget.example > 0:
             own = episode.task.id if exclude_own else None
-            found = memory.neighbour(episode.env, ctx.action_record, ctx.previous, own)
+            found = memory.neighbours(
+                episode.env, ctx.action_record, ctx.previous, budget.examples, own
+            )
             ctx = with_example(ctx, found, budget)
         target = render_target(ctx)
         if budget.count(target) > max_new_tokens - 1:  # the eos takes the last slot

@@ -28,7 +28,12 @@ from transformers import PreTrainedTokenizerBase
 
 from simworld.training.augment import CopyAugment
 from simworld.training.batching import Example
-from simworld.training.data import ExampleReport, load_split, to_examples
+from simworld.training.data import (
+    ExampleReport,
+    drop_fields_in_memory,
+    load_split,
+    to_examples,
+)
 from simworld.training.sft import SFTConfig, evaluate, train_sft, val_subsets
 from simworld.worldmodel.checkpoint import load_checkpoint, read_meta
 from simworld.worldmodel.context import Budget
@@ -60,9 +65,11 @@ class Recipe:
     max_target_tokens: int
     env_caps: tuple[tuple[str, int], ...] = ()
     example_tokens: int = 0  # the example block's budget, on top of budget_tokens (0: none)
+    example_count: int = 1  # how many nearest recorded steps the example block shows
     copy_variants: int = 0  # renamed variants per tool-call pair (training.augment; 0: none)
     split_digits: str = ""  # which digits the from-scratch tokenizer splits ("", all, decimals)
     state_focus: bool = False  # the action-focused state view (worldmodel.views.Focus)
+    drop_result_fields: tuple[str, ...] = ()  # keys left out of target results (data.py)
 
 
 # The default trains without the example block: with a 160-token block (and FrozenLake
@@ -105,6 +112,7 @@ class SFTRun:
     base: str | None = None  # pretrained base: a local HF directory or "smollm2-gguf"
     lora_r: int = 0
     example_tokens: int | None = None  # the example block's budget (None: the preset's)
+    example_count: int | None = None  # steps the example block shows (None: the preset's)
     copy_augment: int | None = None  # renamed variants per tool-call pair (None: the preset's)
     init: str | None = None  # continue this checkpoint ("default": the shipped one)
     lr: float | None = None  # with init: the constant learning rate (None: the start's last)
@@ -114,6 +122,9 @@ class SFTRun:
     max_target_tokens: int | None = None  # the longest target learned (None: the preset's)
     state_focus: bool | None = None  # the action-focused state view (None: the preset's)
     copy_next: bool = False  # the copy head points at the token after the attended one
+    # keys left out of the JSON results the model learns to write (training.data); empty:
+    # none (with init: the start's)
+    drop_result_fields: tuple[str, ...] = ()
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -121,6 +132,10 @@ class SFTRun:
             raise ValueError(f"unknown preset {self.preset!r}: choose one of {sorted(RECIPES)}")
         if self.example_tokens is not None and self.example_tokens < 0:
             raise ValueError(f"example_tokens must be >= 0 (0: none), got {self.example_tokens}")
+        if self.example_count is not None and self.example_count < 1:
+            raise ValueError(f"example_count must be >= 1, got {self.example_count}")
+        if self.example_count is not None and self.init is not None:
+            raise ValueError("init continues a checkpoint with its own example block")
         if self.copy_augment is not None and self.copy_augment < 0:
             raise ValueError(f"copy_augment must be >= 0 (0: none), got {self.copy_augment}")
         if self.init is not None and (self.base is not None or self.example_tokens is not None):
@@ -133,6 +148,8 @@ class SFTRun:
             raise ValueError("init continues a checkpoint with its own longest target")
         if self.state_focus is not None and self.init is not None:
             raise ValueError("init continues a checkpoint with its own state view")
+        if self.drop_result_fields and self.init is not None:
+            raise ValueError("init continues a checkpoint with its own result fields")
         if self.split_digits is not None and self.split_digits not in DIGIT_SPLITS:
             raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {self.split_digits!r}")
         if self.split_digits and (self.base is not None or self.init is not None):
@@ -161,12 +178,16 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     recipe = RECIPES[run.preset]
     if run.example_tokens is not None:
         recipe = replace(recipe, example_tokens=run.example_tokens)
+    if run.example_count is not None:
+        recipe = replace(recipe, example_count=run.example_count)
     if run.copy_augment is not None:
         recipe = replace(recipe, copy_variants=run.copy_augment)
     if run.max_target_tokens is not None:
         recipe = replace(recipe, max_target_tokens=run.max_target_tokens)
     if run.state_focus is not None:
         recipe = replace(recipe, state_focus=run.state_focus)
+    if run.drop_result_fields:
+        recipe = replace(recipe, drop_result_fields=run.drop_result_fields)
     from_scratch = run.base is None and run.init is None
     split_digits = recipe.split_digits if run.split_digits is None else run.split_digits
     split_digits = split_digits if from_scratch else ""
@@ -210,7 +231,9 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     extra = {
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
+        "example_count": recipe.example_count,
         "state_focus": recipe.state_focus,
+        "drop_result_fields": list(recipe.drop_result_fields),
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
@@ -250,28 +273,38 @@ def build_pairs(
     size first (on pairs sized by the approximate count; `split_digits`: which digits get
     a token each, see `train_tokenizer`), then sizes the pairs in its own tokens; None
     keeps the approximate count. With an example budget the train steps are saved as the
-    retrieval memory in `run.out`."""
+    retrieval memory in `run.out` (with `recipe.drop_result_fields` left out of its
+    results, as of the targets)."""
     train_eps = load_split("train", run.data, run.envs, run.exclude_apis)
     val_eps = load_split("val", run.val_data, run.envs)
     budget = Budget(
-        total=recipe.budget_tokens, example=recipe.example_tokens, state_focus=recipe.state_focus
+        total=recipe.budget_tokens,
+        example=recipe.example_tokens,
+        examples=recipe.example_count,
+        state_focus=recipe.state_focus,
     )
     memory = None
+    drop = recipe.drop_result_fields
     if recipe.example_tokens:
-        memory = Retriever([r for ep in train_eps for r in recorded_steps(ep)])
+        entries = [r for ep in train_eps for r in recorded_steps(ep)]
+        memory = Retriever(drop_fields_in_memory(entries, drop) if drop else entries)
         Path(run.out).mkdir(parents=True, exist_ok=True)
         save_memory(Path(run.out) / MEMORY_FILE, memory.entries)
     if isinstance(tokenizer, int):
-        rough, _ = to_examples(train_eps, budget, recipe.max_target_tokens, memory, True)
+        rough, _ = to_examples(
+            train_eps, budget, recipe.max_target_tokens, memory, True, drop_fields=drop
+        )
         texts = (t for ex in rough for t in (ex.prompt, ex.target))
         tokenizer = train_tokenizer(texts, tokenizer, split_digits=split_digits)
     if tokenizer is not None:
         budget = replace(budget, count=token_counter(tokenizer))
     augment = CopyAugment(recipe.copy_variants, seed=run.seed) if recipe.copy_variants else None
     train, train_report = to_examples(
-        train_eps, budget, recipe.max_target_tokens, memory, True, augment
+        train_eps, budget, recipe.max_target_tokens, memory, True, augment, drop
     )
-    val, val_report = to_examples(val_eps, budget, recipe.max_target_tokens, memory)
+    val, val_report = to_examples(
+        val_eps, budget, recipe.max_target_tokens, memory, drop_fields=drop
+    )
     train = _cap(train, dict(recipe.env_caps), run.seed)
     if run.limit is not None:
         train = train[: run.limit]
@@ -314,7 +347,9 @@ def _continued(run: SFTRun, recipe: Recipe, cfg: SFTConfig) -> tuple[Path, Recip
         budget_tokens=int(args["budget_tokens"]),
         max_target_tokens=int(args["max_new_tokens"]) - 1,
         example_tokens=int(args.get("example_tokens", 0)),
+        example_count=int(args.get("example_count", 1)),
         state_focus=bool(args.get("state_focus", False)),
+        drop_result_fields=tuple(args.get("drop_result_fields", ())),
     )
     last = float(args.get("lr", cfg.lr)) * float(args.get("min_lr_ratio", cfg.min_lr_ratio))
     cfg = replace(cfg, lr=run.lr or last, warmup_steps=0, min_lr_ratio=1.0)

@@ -11,8 +11,9 @@ Blocks (in prompt order): `state` (the env's state view), `task` (the instructio
 user messages so far that it does not already hold), `tools` (the called tools' full
 schemas and the other tools' names, as {"tools": [...], "other_tools": [...]}), `rules`
 (one "- rule" per line), `steering` (one "- directive" per line), `history` (the last
-steps as a compact JSON list of {"action", "observation"}), `example` (a similar recorded
-step: its action, then its outcome in the target format; see `with_example`), `action` (the
+steps as a compact JSON list of {"action", "observation"}), `example` (similar recorded
+steps, `Budget.examples` of them, nearest first, a blank line apart: each its action, then
+its outcome in the target format; see `with_example`), `action` (the
 calls as compact JSON {"id", "name", "arguments"}, a list when there are several; or the
 text action).
 
@@ -22,8 +23,9 @@ that needs less than its share gives the rest to the others), each shrinking its
 fit. The rendered plain prompt never exceeds `total` tokens as `count` counts; when even
 the smallest blocks do not fit, BudgetError names the block. The `example` block has its
 own budget, `Budget.example` tokens on top of `total` (0: no block): it is filled after the
-others (`with_example`, by the model at predict time or by the trainer), shrunk to fit, and
-left out when even its smallest rendering does not fit.
+others (`with_example`, by the model at predict time or by the trainer), shrunk to fit
+(the farthest steps left out before the nearest is shrunk), and left out when even the
+smallest rendering of the nearest step alone does not fit.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Budget:
     shares: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_SHARES))
     history_steps: int = 4
     example: int = 0  # tokens for the similar-recorded-step block, on top of `total`
+    examples: int = 1  # how many similar recorded steps the block shows, at most
     state_focus: bool = False  # the action-focused state view (views.Focus; version 3)
 
     def __post_init__(self) -> None:
@@ -96,6 +99,8 @@ class Budget:
             raise ValueError(f"Budget.total must be positive, got {self.total}")
         if self.example < 0:
             raise ValueError(f"Budget.example must be >= 0 (0: no block), got {self.example}")
+        if self.examples < 1:
+            raise ValueError(f"Budget.examples must be >= 1, got {self.examples}")
         unknown = set(self.shares) - set(FLEXIBLE)
         if unknown or any(v <= 0 for v in self.shares.values()):
             raise ValueError(
@@ -191,22 +196,28 @@ def iter_contexts(
             yield ctx
 
 
-def with_example(ctx: Context, found: Recorded | None, budget: Budget) -> Context:
-    """`ctx` with `found` (a similar recorded step) as its example block, shrunk to fit
-    `budget.example` tokens, and the whole plain prompt `budget.total + budget.example`;
-    `ctx` itself when there is no step, no example budget, or even the smallest rendering
-    does not fit (the block is left out whole, never cut)."""
-    if found is None or budget.example <= 0:
+def with_example(
+    ctx: Context, found: Recorded | Sequence[Recorded] | None, budget: Budget
+) -> Context:
+    """`ctx` with `found` (a similar recorded step, or several, nearest first) as its example
+    block, a blank line between steps, shrunk to fit `budget.example` tokens, and the whole
+    plain prompt `budget.total + budget.example`: at the largest level where the nearest
+    fits, as many of the nearest steps as fit (whole steps before shrunk ones); `ctx`
+    itself when there is no step, no example budget, or even the smallest rendering of the
+    nearest does not fit (the block is left out whole, never cut)."""
+    steps = [] if found is None else [found] if isinstance(found, Recorded) else list(found)
+    if not steps or budget.example <= 0:
         return ctx
     count, limit = budget.count, budget.total + budget.example
     heading = count(section("example", "x")) - count("x")
     for level in _EXAMPLE_LEVELS:
-        body = example_block(found, ctx.action_record, level)
-        if count(body) + heading > budget.example:
-            continue
-        shown = replace(ctx, example=body)
-        if count(render_prompt(shown)) <= limit:
-            return shown
+        for n in range(len(steps), 0, -1):
+            body = "\n\n".join(example_block(s, ctx.action_record, level) for s in steps[:n])
+            if count(body) + heading > budget.example:
+                continue
+            shown = replace(ctx, example=body)
+            if count(render_prompt(shown)) <= limit:
+                return shown
     return ctx
 
 

@@ -134,11 +134,13 @@ class TextWorldModel:
         return bool(callable(start) and start(max_rows, on_step))
 
     def with_example(self, ctx: Context) -> Context:
-        """`ctx` with its nearest recorded step as the example block (when this model has a
-        memory and an example budget, and `ctx` has no example yet)."""
+        """`ctx` with its nearest recorded steps (`budget.examples` of them) as the example
+        block (when this model has a memory and an example budget, and `ctx` has no
+        example yet)."""
         if self.memory is None or self.budget.example <= 0 or ctx.example:
             return ctx
-        found = self.memory.neighbour(ctx.env, ctx.action_record, ctx.previous)
+        k = self.budget.examples
+        found = self.memory.neighbours(ctx.env, ctx.action_record, ctx.previous, k)
         return with_example(ctx, found, self.budget)
 
     def _chat_one(self, ctx: Context, cfg: GenerationConfig) -> str:
@@ -166,13 +168,14 @@ def trained_budget(training_args: dict[str, Any], tokenizer: Any) -> Budget:
     in the checkpoint tokenizer's own tokens, or approximately (pretrained bases)."""
     total = int(training_args.get("budget_tokens", Budget().total))
     example = int(training_args.get("example_tokens", 0))
+    examples = int(training_args.get("example_count", 1))
     focus = bool(training_args.get("state_focus", False))
+    budget = Budget(total=total, example=example, examples=examples, state_focus=focus)
     if training_args.get("budget_count") != "tokenizer":
-        return Budget(total=total, example=example, state_focus=focus)
+        return budget
     from simworld.worldmodel.tokenizer import token_counter
 
-    count = token_counter(tokenizer)
-    return Budget(total=total, count=count, example=example, state_focus=focus)
+    return replace(budget, count=token_counter(tokenizer))
 
 
 def load_world_model(

@@ -34,7 +34,7 @@ from simworld.worldmodel.context import (
     with_example,
 )
 from simworld.worldmodel.engines.base import GenerationConfig
-from simworld.worldmodel.render import render_prompt
+from simworld.worldmodel.render import render_prompt, section
 from simworld.worldmodel.retrieval import (
     Recorded,
     Retriever,
@@ -180,6 +180,29 @@ def test_the_example_block_fits_its_own_budget_or_is_left_out(retriever: Retriev
     small = with_example(ctx, long, Budget(total=300, example=120))
     assert "chars left out" in small.example
     assert len(small.example) < 400 and small.example.endswith('word "')
+
+
+def test_several_steps_nearest_first_as_many_as_fit(retriever: Retriever) -> None:
+    notes = memory_episodes()[0]
+    ctx = build_context(notes, 1, Budget(total=300))
+    found = retriever.neighbours("mock", ctx.action_record, ctx.previous, 3)
+    blocks = [example_block(f, ctx.action_record) for f in found]
+    assert [b.splitlines()[1] for b in blocks] == ["a1 ok buy milk", "a1 ok buy milk, eggs",
+                                                   "a1 ok call mum"]  # fmt: skip
+    roomy = with_example(ctx, found, Budget(total=300, example=200, examples=3))
+    assert roomy.example == "\n\n".join(blocks)
+    # one step given alone or as a list of one: the same block as before
+    one = Budget(total=300, example=60)
+    assert with_example(ctx, found[:1], one) == with_example(ctx, found[0], one)
+    # a block that holds two whole steps shows the two nearest, not three shrunk ones
+    count = Budget().count
+    heading = count(section("example", "x")) - count("x")
+    two = count("\n\n".join(blocks[:2])) + heading
+    assert two < count("\n\n".join(blocks)) + heading
+    tight = with_example(ctx, found, Budget(total=300, example=two, examples=3))
+    assert tight.example == "\n\n".join(blocks[:2])
+    with pytest.raises(ValueError, match=r"Budget\.examples must be >= 1"):
+        Budget(examples=0)
 
 
 def strict(text: str) -> int:
