@@ -28,7 +28,8 @@ writes apart from its JSON slips; `random` scores k seeded random corpus
 passages the same way: what unrelated passages of the same corpus reach (the floor). A model
 trained with example blocks (`--example-tokens`) adds `nearest_recorded`: the hits of the
 recorded train step its memory retrieves for the query (the step its example block shows),
-as they are: what lookup alone reaches, the bar such a model has to clear.
+grounded like the model's answers: what lookup alone reaches, the bar such a model has to
+clear.
 
 Shares: a fresh router with `RouterConfig(max_real_cost=C)` over the held-out queries, each
 a one-call session of the env's task, the whole list `passes` times (RL rollouts repeat
@@ -149,8 +150,17 @@ def mean_scores(rows: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def _history(env: SimEnv) -> Episode:
+    """A fresh session's episode as the server starts one: the task, its tools and the env's
+    rules (prompts read as they do when served, and as the recorded logs read)."""
     task = env.tasks[TASK_ID]
-    return Episode("bench", env.name, Task(task.id, task.instruction), [], list(task.tools))
+    return Episode(
+        "bench",
+        env.name,
+        Task(task.id, task.instruction),
+        [],
+        list(task.tools),
+        rules=list(env.rules),
+    )
 
 
 @dataclass(frozen=True)
@@ -190,11 +200,21 @@ def ask(router: Router, query: str, top_k: int, seed: int) -> Asked:
     return Asked(_hits(observation), routed.source, observation.results[0].text)
 
 
-def nearest_recorded(memory: Retriever, env: str, query: str, top_k: int) -> Hits | None:
+def nearest_recorded(memory: Retriever, env: SimEnv, query: str, top_k: int) -> Hits | None:
     """The hits of the recorded step `memory` retrieves for `query` asked alone (as `ask`
-    asks it: no previous observation); None when nothing is retrieved or it is unreadable."""
-    found = memory.neighbour(env, _one_search(query, top_k), "")
-    return None if found is None else _hits(found.observation)
+    asks it: no previous observation), grounded as the env grounds a model's answer (a
+    memory recorded without passage texts gets them from the corpus, as the model does);
+    None when nothing is retrieved or it is unreadable."""
+    action = _one_search(query, top_k)
+    found = memory.neighbour(env.name, action, "")
+    if found is None:
+        return None
+    observation = found.observation
+    if env.ground is not None and isinstance(observation, ToolResultsObservation):
+        grounded = env.ground(action, observation, observation.results[0].text)
+        if grounded is not None:
+            observation = grounded[0]
+    return _hits(observation)
 
 
 def salvage(text: str) -> Hits:
@@ -277,9 +297,7 @@ def run_search_bench(
     rows |= {"model_salvaged": salvaged, "random": floor}
     memory = getattr(model, "memory", None)
     if isinstance(memory, Retriever):
-        rows["nearest_recorded"] = [
-            nearest_recorded(memory, env.name, q, cfg.top_k) for q in queries
-        ]
+        rows["nearest_recorded"] = [nearest_recorded(memory, env, q, cfg.top_k) for q in queries]
     return {
         "config": asdict(cfg),
         "corpus": corpus.version,

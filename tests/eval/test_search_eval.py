@@ -13,15 +13,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from corpora import corpus_file
 from numpy.typing import NDArray
 from scripted import ScriptedModel
 
-from simworld.data.envs.search import SearchEnv
+from simworld.data.envs.search import SearchEnv, search_call
 from simworld.data.records import ToolCallsAction, ToolResult, ToolResultsObservation
 from simworld.data.search_corpus import BM25Index, load_corpus, make_needs, query_set
 from simworld.eval.search import (
     SCORES,
     SearchBenchConfig,
+    ask,
     mean_scores,
     nearest_recorded,
     passage_scores,
@@ -30,10 +32,12 @@ from simworld.eval.search import (
     run_search_bench,
     salvage,
 )
-from simworld.simulators.envs.search import build_search_env
-from simworld.simulators.router import RouterConfig
+from simworld.simulators.envs.search import TASK_ID, build_search_env
+from simworld.simulators.router import Router, RouterConfig
+from simworld.simulators.session import Session
+from simworld.training.data import drop_fields_in_memory
 from simworld.worldmodel.context import Context
-from simworld.worldmodel.render import format_target
+from simworld.worldmodel.render import format_target, render_prompt
 from simworld.worldmodel.retrieval import Retriever, recorded_steps
 
 
@@ -114,16 +118,6 @@ def test_salvage_reads_the_passages_of_broken_json() -> None:
     assert salvage("nothing here") == []
 
 
-def corpus_file(tmp_path: Path) -> Path:
-    rows = [
-        {"id": f"d{i}", "title": f"Topic {i}", "text": f"alpha{i} beta{i % 5} gamma{i % 3} oak"}
-        for i in range(60)
-    ]
-    path = tmp_path / "c.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def test_shares_per_pass_come_from_running_the_router(tmp_path: Path) -> None:
     env = build_search_env(load_corpus(corpus_file(tmp_path)))
     model = PassageModel()
@@ -171,8 +165,17 @@ def test_a_model_with_a_memory_gets_the_nearest_recorded_row(tmp_path: Path) -> 
     asked = {s.action.calls[0].arguments["query"] for ep in recorded for s in ep.steps
              if isinstance(s.action, ToolCallsAction)}  # fmt: skip
     assert held_out not in asked
-    near = nearest_recorded(model.memory, "search", held_out, 1)
+    env = build_search_env(loaded)
+    near = nearest_recorded(model.memory, env, held_out, 1)
     assert near is not None and len(near) == 1 and near[0]["id"].startswith("d")
+    # A memory recorded without passage texts (a model trained with --drop-result-field
+    # text) is grounded like the model's answers: the same passages, verbatim.
+    entries = drop_fields_in_memory(model.memory.entries, ["text"])
+    assert all('"text"' not in r.observation.results[0].text for r in entries)  # type: ignore[union-attr]
+    model.memory = Retriever(entries)
+    assert nearest_recorded(model.memory, env, held_out, 1) == near
+    report = run_search_bench(cfg, model, ENCODER)
+    assert report["nearest_recorded"]["content_overlap"] == 1.0
 
 
 def naming_answer(ctx: Context, attempt: int) -> str:
@@ -180,6 +183,24 @@ def naming_answer(ctx: Context, attempt: int) -> str:
     action = ctx.action_record
     assert isinstance(action, ToolCallsAction)
     return f'{action.calls[0].id} ok [{{"id":"d3-0","title":"Topic 3","text":"made up'
+
+
+def test_the_bench_asks_with_the_prompt_a_served_session_gives(tmp_path: Path) -> None:
+    """The bench's one-call sessions carry the env's rules, as the server's sessions and
+    the recorded logs do: a model is measured on the prompts it was trained on."""
+    env = build_search_env(load_corpus(corpus_file(tmp_path)))
+    seen: list[Context] = []
+
+    def remember(ctx: Context, attempt: int) -> str:
+        seen.append(ctx)
+        return made_passage(ctx, attempt)
+
+    ask(Router(env, ScriptedModel(remember), RouterConfig()), "alpha7", 1, 0)
+    served = Session(env, Router(env, ScriptedModel(remember)), episode_id="s")
+    served.reset(TASK_ID)
+    served.step(ToolCallsAction([search_call("call_0_0", "alpha7", 1)]))
+    assert len(seen) == 2 and "BM25" in seen[0].rules
+    assert render_prompt(seen[0]) == render_prompt(seen[1])
 
 
 def test_the_bench_scores_grounded_and_ungrounded_answers(tmp_path: Path) -> None:
