@@ -180,6 +180,11 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         recipe = replace(recipe, example_tokens=run.example_tokens)
     if run.example_count is not None:
         recipe = replace(recipe, example_count=run.example_count)
+    if recipe.example_count > 1 and not recipe.example_tokens:
+        raise ValueError(
+            f"example_count {recipe.example_count} needs an example block: "
+            "give example_tokens (--example-tokens N)"
+        )
     if run.copy_augment is not None:
         recipe = replace(recipe, copy_variants=run.copy_augment)
     if run.max_target_tokens is not None:

@@ -23,7 +23,7 @@ from simworld.data.records import (
     ToolResultsObservation,
 )
 from simworld.training.data import drop_fields_in, drop_fields_in_memory, to_examples
-from simworld.training.sft_run import SFTRun
+from simworld.training.sft_run import SFTRun, run_sft
 from simworld.worldmodel.checkpoint import read_meta
 from simworld.worldmodel.context import Budget
 from simworld.worldmodel.retrieval import MEMORY_FILE, Retriever, load_memory, recorded_steps
@@ -95,5 +95,7 @@ def test_the_checkpoint_records_the_keys_and_carries_a_memory_without_them(
     query = episodes[0]
     shown = model.context(query, 0).example.split("\n\n")
     assert len(shown) == 2 and all('"text"' not in s and '"id":"d' in s for s in shown)
+    with pytest.raises(ValueError, match="needs an example block"):
+        run_sft(SFTRun(out=tmp_path / "no", preset="default", example_count=2))
     with pytest.raises(ValueError, match="its own result fields"):
         SFTRun(out="x", init="default", drop_result_fields=("text",))
