@@ -89,6 +89,26 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "is kept first and shown in more detail, numbers and flags before other entries "
         "(the tiny preset's; the default preset keeps the plain view)",
     )
+    _add_example_arguments(sft)
+    sft.add_argument(
+        "--copy-next",
+        action="store_true",
+        help="the copy head points at the token after the attended position (match the "
+        "token just written, take what followed it); from scratch only, off in both presets",
+    )
+    sft.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bf16 autocast of the forward pass (weights, optimizer, loss stay fp32); only on "
+        "CPUs with bf16 instructions (AVX512-BF16, AMX), elsewhere it stays off and says so",
+    )
+    _configure_grpo(recipes)
+    _configure_mdlm(recipes)
+    return _recipe
+
+
+def _add_example_arguments(sft: argparse.ArgumentParser) -> None:
+    """How many recorded steps the example block shows, and what the model leaves out."""
     sft.add_argument(
         "--examples",
         type=int,
@@ -105,21 +125,6 @@ def configure(command: str, parser: argparse.ArgumentParser) -> Handler:
         "and example blocks; repeatable). For search: --drop-result-field text, and grounding "
         "serves each passage the model names from the corpus",
     )
-    sft.add_argument(
-        "--copy-next",
-        action="store_true",
-        help="the copy head points at the token after the attended position (match the "
-        "token just written, take what followed it); from scratch only, off in both presets",
-    )
-    sft.add_argument(
-        "--bf16",
-        action="store_true",
-        help="bf16 autocast of the forward pass (weights, optimizer, loss stay fp32); only on "
-        "CPUs with bf16 instructions (AVX512-BF16, AMX), elsewhere it stays off and says so",
-    )
-    _configure_grpo(recipes)
-    _configure_mdlm(recipes)
-    return _recipe
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:

@@ -175,24 +175,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     and the pairs are then rebuilt with its real count, so a prompt never exceeds the
     budget in the tokens the model sees and nothing is cut at training or at serving time.
     A pretrained base keeps the approximate count (recorded as `budget_count`)."""
-    recipe = RECIPES[run.preset]
-    if run.example_tokens is not None:
-        recipe = replace(recipe, example_tokens=run.example_tokens)
-    if run.example_count is not None:
-        recipe = replace(recipe, example_count=run.example_count)
-    if recipe.example_count > 1 and not recipe.example_tokens:
-        raise ValueError(
-            f"example_count {recipe.example_count} needs an example block: "
-            "give example_tokens (--example-tokens N)"
-        )
-    if run.copy_augment is not None:
-        recipe = replace(recipe, copy_variants=run.copy_augment)
-    if run.max_target_tokens is not None:
-        recipe = replace(recipe, max_target_tokens=run.max_target_tokens)
-    if run.state_focus is not None:
-        recipe = replace(recipe, state_focus=run.state_focus)
-    if run.drop_result_fields:
-        recipe = replace(recipe, drop_result_fields=run.drop_result_fields)
+    recipe = _recipe(run)
     from_scratch = run.base is None and run.init is None
     split_digits = recipe.split_digits if run.split_digits is None else run.split_digits
     split_digits = split_digits if from_scratch else ""
@@ -253,6 +236,29 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     return train_sft(
         cfg, train, val, run.out, resume=run.resume, extra_args=extra, tokenizer=tokenizer
     )
+
+
+def _recipe(run: SFTRun) -> Recipe:
+    """The preset's recipe with what `run` sets instead."""
+    recipe = RECIPES[run.preset]
+    if run.example_tokens is not None:
+        recipe = replace(recipe, example_tokens=run.example_tokens)
+    if run.example_count is not None:
+        recipe = replace(recipe, example_count=run.example_count)
+    if recipe.example_count > 1 and not recipe.example_tokens:
+        raise ValueError(
+            f"example_count {recipe.example_count} needs an example block: "
+            "give example_tokens (--example-tokens N)"
+        )
+    if run.copy_augment is not None:
+        recipe = replace(recipe, copy_variants=run.copy_augment)
+    if run.max_target_tokens is not None:
+        recipe = replace(recipe, max_target_tokens=run.max_target_tokens)
+    if run.state_focus is not None:
+        recipe = replace(recipe, state_focus=run.state_focus)
+    if run.drop_result_fields:
+        recipe = replace(recipe, drop_result_fields=run.drop_result_fields)
+    return recipe
 
 
 @dataclass
