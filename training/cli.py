@@ -125,6 +125,13 @@ def _add_example_arguments(sft: argparse.ArgumentParser) -> None:
         "and example blocks; repeatable). For search: --drop-result-field text, and grounding "
         "serves each passage the model names from the corpus",
     )
+    sft.add_argument(
+        "--distinct-examples",
+        action="store_true",
+        help="with --example-tokens: a training step's example is never a recording of its "
+        "own call (same tool and arguments) from another scenario, as a held-out call that "
+        "no recording repeats sees none",
+    )
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -320,6 +327,7 @@ def _sft(args: argparse.Namespace) -> int:
             state_focus=True if args.state_focus else None,
             copy_next=args.copy_next,
             drop_result_fields=tuple(args.drop_result_field),
+            distinct_examples=args.distinct_examples,
             bf16=args.bf16,
             init=args.init,
             lr=args.lr,

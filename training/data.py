@@ -9,7 +9,11 @@ With a retrieval memory (`memory`, a Retriever over the train steps) and `budget
 each prompt shows its nearest recorded step as the example block. Train steps pass
 `exclude_own=True`: their neighbour comes from other scenarios only (BFCL records each
 scenario several ways under one `Task.id`; a step shown its own scenario's answer learns
-to copy it, which it cannot do at test time). Val and test steps search the whole memory.
+to copy it, which it cannot do at test time). `distinct=True` also keeps from a train step
+every recording of its own call (the same tool and arguments) in other scenarios: in the
+search logs 38% of train searches ask a query another need also asks, while no held-out
+one does, so a model trained without it learns to copy an example of the very query.
+Val and test steps search the whole memory.
 
 `drop_fields` leaves the named keys out of the JSON results the model learns to write (the
 targets, and the example blocks through the memory: `drop_fields_in`); prompts' history
@@ -98,13 +102,15 @@ def to_examples(
     exclude_own: bool = False,
     augment: CopyAugment | None = None,
     drop_fields: Sequence[str] = (),
+    distinct: bool = False,
 ) -> tuple[list[Example], ExampleReport]:
     """Every step of every episode as an Example (prompt within `budget`, with its nearest
     steps in `memory`, `budget.examples` of them, as the example block; from other
     scenarios only with `exclude_own`), grouped
     by scenario; over-long steps are counted in the report, not silently dropped. With
     `augment`, the renamed variants (`simworld.training.augment`) that still fit follow.
-    `drop_fields`: keys left out of the target's JSON results (`drop_fields_in`)."""
+    `drop_fields`: keys left out of the target's JSON results (`drop_fields_in`).
+    `distinct`: never an example whose call is the step's own (`Retriever.neighbours`)."""
     examples: list[Example] = []
     pairs: list[Pair] = []
     report = ExampleReport()
@@ -118,7 +124,7 @@ def to_examples(
             if memory is not None:
                 own = episode.task.id if exclude_own else None
                 found = memory.neighbours(
-                    episode.env, ctx.action_record, ctx.previous, budget.examples, own
+                    episode.env, ctx.action_record, ctx.previous, budget.examples, own, distinct
                 )
                 ctx = with_example(ctx, found, budget)
             if drop_fields and ctx.target is not None:

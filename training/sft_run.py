@@ -70,6 +70,7 @@ class Recipe:
     split_digits: str = ""  # which digits the from-scratch tokenizer splits ("", all, decimals)
     state_focus: bool = False  # the action-focused state view (worldmodel.views.Focus)
     drop_result_fields: tuple[str, ...] = ()  # keys left out of target results (data.py)
+    distinct_examples: bool = False  # train steps never shown a recording of their own call
 
 
 # The default trains without the example block: with a 160-token block (and FrozenLake
@@ -125,6 +126,7 @@ class SFTRun:
     # keys left out of the JSON results the model learns to write (training.data); empty:
     # none (with init: the start's)
     drop_result_fields: tuple[str, ...] = ()
+    distinct_examples: bool = False  # train examples never of the step's own call (data.py)
     bf16: bool = False  # bf16 autocast of the forward pass where the CPU has it
 
     def __post_init__(self) -> None:
@@ -150,6 +152,8 @@ class SFTRun:
             raise ValueError("init continues a checkpoint with its own state view")
         if self.drop_result_fields and self.init is not None:
             raise ValueError("init continues a checkpoint with its own result fields")
+        if self.distinct_examples and self.init is not None:
+            raise ValueError("init continues a checkpoint with its own example retrieval")
         if self.split_digits is not None and self.split_digits not in DIGIT_SPLITS:
             raise ValueError(f"split_digits is one of {DIGIT_SPLITS}, got {self.split_digits!r}")
         if self.split_digits and (self.base is not None or self.init is not None):
@@ -222,6 +226,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         "example_count": recipe.example_count,
         "state_focus": recipe.state_focus,
         "drop_result_fields": list(recipe.drop_result_fields),
+        "distinct_examples": recipe.distinct_examples,
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
@@ -258,6 +263,10 @@ def _recipe(run: SFTRun) -> Recipe:
         recipe = replace(recipe, state_focus=run.state_focus)
     if run.drop_result_fields:
         recipe = replace(recipe, drop_result_fields=run.drop_result_fields)
+    if run.distinct_examples:
+        if not recipe.example_tokens:
+            raise ValueError("distinct_examples needs an example block: give example_tokens")
+        recipe = replace(recipe, distinct_examples=True)
     return recipe
 
 
@@ -303,7 +312,13 @@ def build_pairs(
         save_memory(Path(run.out) / MEMORY_FILE, memory.entries)
     if isinstance(tokenizer, int):
         rough, _ = to_examples(
-            train_eps, budget, recipe.max_target_tokens, memory, True, drop_fields=drop
+            train_eps,
+            budget,
+            recipe.max_target_tokens,
+            memory,
+            True,
+            drop_fields=drop,
+            distinct=recipe.distinct_examples,
         )
         texts = (t for ex in rough for t in (ex.prompt, ex.target))
         tokenizer = train_tokenizer(texts, tokenizer, split_digits=split_digits)
@@ -311,7 +326,14 @@ def build_pairs(
         budget = replace(budget, count=token_counter(tokenizer))
     augment = CopyAugment(recipe.copy_variants, seed=run.seed) if recipe.copy_variants else None
     train, train_report = to_examples(
-        train_eps, budget, recipe.max_target_tokens, memory, True, augment, drop
+        train_eps,
+        budget,
+        recipe.max_target_tokens,
+        memory,
+        True,
+        augment,
+        drop,
+        recipe.distinct_examples,
     )
     val, val_report = to_examples(
         val_eps, budget, recipe.max_target_tokens, memory, drop_fields=drop
@@ -361,6 +383,7 @@ def _continued(run: SFTRun, recipe: Recipe, cfg: SFTConfig) -> tuple[Path, Recip
         example_count=int(args.get("example_count", 1)),
         state_focus=bool(args.get("state_focus", False)),
         drop_result_fields=tuple(args.get("drop_result_fields", ())),
+        distinct_examples=bool(args.get("distinct_examples", False)),
     )
     last = float(args.get("lr", cfg.lr)) * float(args.get("min_lr_ratio", cfg.min_lr_ratio))
     cfg = replace(cfg, lr=run.lr or last, warmup_steps=0, min_lr_ratio=1.0)

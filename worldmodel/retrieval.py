@@ -16,6 +16,9 @@ of the TF-IDF cosines (sublinear tf, smoothed idf) of the actions (name + canoni
 arguments, or the text) and of the previous observations. Ties go to the earliest
 candidate. `exclude` leaves out every candidate of one scenario (a `Task.id`): a training
 step must not be shown its own answer, which the scenario's other recordings hold.
+`distinct` (neighbours) leaves out the candidates whose call is the query's own, name and
+arguments alike: a training step then sees only other calls' answers, as a held-out call
+that no recording repeats does.
 
 Pure Python and numpy: no torch.
 """
@@ -102,9 +105,11 @@ def _bag(text: str) -> Counter[str]:
 @dataclass
 class _Group:
     """The candidates that share an env and a tool name: candidate numbers (ascending),
-    their scenarios (as ids), and per token id the rows holding it and their weights."""
+    the rows of each action text, their scenarios (as ids), and per token id the rows
+    holding it and their weights."""
 
     candidates: list[int] = field(default_factory=list)
+    by_text: dict[str, list[int]] = field(default_factory=dict)  # action text -> rows
     scenarios: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     postings: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]] = field(
         default_factory=dict
@@ -120,12 +125,14 @@ class Retriever:
         self._candidates: list[tuple[int, int]] = []
         bags: list[tuple[Counter[str], Counter[str]]] = []
         keys: list[tuple[str, str]] = []
+        texts: list[str] = []
         for number, entry in enumerate(self.entries):
             context = _bag(entry.previous)
             for position, (group, text) in enumerate(queries(entry.action)):
                 self._candidates.append((number, position))
                 bags.append((_bag(text), context))
                 keys.append((entry.env, group))
+                texts.append(text)
         self._vocab: dict[str, int] = {}
         df: Counter[int] = Counter()
         for action_bag, context_bag in bags:
@@ -138,7 +145,7 @@ class Retriever:
         self._scenario_ids = {
             s: i for i, s in enumerate(dict.fromkeys(e.scenario for e in entries))
         }
-        self._groups = self._build_groups(bags, keys)
+        self._groups = self._build_groups(bags, keys, texts)
 
     def _id(self, part: str, token: str) -> int:
         return self._vocab.setdefault(part + ":" + token, len(self._vocab))
@@ -165,7 +172,10 @@ class Retriever:
         return vector
 
     def _build_groups(
-        self, bags: list[tuple[Counter[str], Counter[str]]], keys: list[tuple[str, str]]
+        self,
+        bags: list[tuple[Counter[str], Counter[str]]],
+        keys: list[tuple[str, str]],
+        texts: list[str],
     ) -> dict[tuple[str, str], _Group]:
         lists: dict[tuple[str, str], dict[int, tuple[list[int], list[float]]]] = {}
         groups: dict[tuple[str, str], _Group] = defaultdict(_Group)
@@ -177,6 +187,7 @@ class Retriever:
                 group = groups[key]
                 row = len(group.candidates)
                 group.candidates.append(candidate)
+                group.by_text.setdefault(texts[candidate], []).append(row)
                 postings = lists.setdefault(key, {})
                 for token, weight in vector.items():
                     rows, weights = postings.setdefault(token, ([], []))
@@ -197,15 +208,23 @@ class Retriever:
     ) -> tuple[int, int] | None:
         """(entry number, call position) of the candidate most similar to the query; None
         when the env is unseen or every candidate belongs to the excluded scenario."""
-        found = self._ranked(env, group, action_text, previous, exclude, 1)
+        found = self._ranked(env, group, action_text, previous, exclude, 1, False)
         return found[0] if found else None
 
     def _ranked(
-        self, env: str, group: str, action_text: str, previous: str, exclude: str | None, k: int
+        self,
+        env: str,
+        group: str,
+        action_text: str,
+        previous: str,
+        exclude: str | None,
+        k: int,
+        distinct: bool,
     ) -> list[tuple[int, int]]:
         """(entry number, call position) of the k candidates most similar to the query,
         most similar first (ties to the earliest), from the query's group, else from the
-        env's fallback group when the first has none left; excluded candidates never."""
+        env's fallback group when the first has none left; excluded candidates never, nor
+        with `distinct` those whose action text is the query's."""
         vector = self._vector(_bag(action_text), _bag(previous))
         skip = self._scenario_ids.get(exclude) if exclude is not None else None
         fallback = TEXT if group == TEXT else ANY_TOOL
@@ -220,6 +239,8 @@ class Retriever:
                     scores[hit[0]] += weight * hit[1]
             if skip is not None:
                 scores[candidates.scenarios == skip] = -np.inf
+            if distinct:
+                scores[candidates.by_text.get(action_text, [])] = -np.inf
             if k == 1:  # argmax: the first of ties, without sorting every candidate
                 order: list[int] = [int(np.argmax(scores))]
             else:
@@ -251,16 +272,23 @@ class Retriever:
         return None if found is None else self.entries[found[0]]
 
     def neighbours(
-        self, env: str, action: Action, previous: str, k: int, exclude: str | None = None
+        self,
+        env: str,
+        action: Action,
+        previous: str,
+        k: int,
+        exclude: str | None = None,
+        distinct: bool = False,
     ) -> list[Recorded]:
         """The k recorded steps most similar to this one (by its first call), most similar
-        first; `neighbours(..., 1)` is `[neighbour(...)]` where there is one."""
+        first; `neighbours(..., 1)` is `[neighbour(...)]` where there is one. `distinct`:
+        never a step whose (first) call is this one's, name and arguments alike."""
         if k < 1:
             raise ValueError(f"k must be >= 1, got {k}")
         first = queries(action)[:1]
         if not first:
             return []
-        ranked = self._ranked(env, first[0][0], first[0][1], previous, exclude, k)
+        ranked = self._ranked(env, first[0][0], first[0][1], previous, exclude, k, distinct)
         return [self.entries[entry] for entry, _ in ranked]
 
 

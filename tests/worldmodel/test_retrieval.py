@@ -135,6 +135,20 @@ def test_the_k_nearest_steps_nearest_first(retriever: Retriever) -> None:
         retriever.neighbours("mock", todo, "", 0)
 
 
+def test_distinct_never_shows_a_recording_of_the_same_call(retriever: Retriever) -> None:
+    todo = ToolCallsAction([call("q", "cat", file="todo.md")])
+    # three recordings of cat(todo.md) under other call ids, in its scenario or another:
+    # none is shown
+    found = retriever.neighbours("mock", todo, "meeting at noon", 3, distinct=True)
+    assert [texts(f) for f in found] == [["meeting at noon"]]
+    # with none of its tool left, the env's other tools, still never the same call
+    only_todo = [r for r in recorded_steps(memory_episodes()[0]) if texts(r) != ["meeting at noon"]]
+    fallback = Retriever(only_todo).neighbours("mock", todo, "", 3, distinct=True)
+    assert [texts(f) for f in fallback] == [['{"files": ["notes.txt", "todo.md"]}']]
+    # without distinct the nearest is the very call
+    assert texts(retriever.neighbours("mock", todo, "", 1)[0]) == ["buy milk"]
+
+
 def test_a_recorded_step_keeps_what_retrieval_needs() -> None:
     notes = memory_episodes()[0]
     first, second = recorded_step(notes, 0), recorded_step(notes, 1)
