@@ -10,14 +10,16 @@ A tiny CPU run (seconds), as its test does:
 The data path is SFT's (`sft_run.build_pairs`, same `RECIPES`: prompt budget, env caps,
 example block) with MDLM's own longest target (`MDLM_TARGET_TOKENS`: 112 in `default`, where
 the AR preset now learns up to 192), so an MDLM learns the AR pairs whose targets fit its
-bound, and with the plain state view (`MDLM_STATE_FOCUS`; an `init` run takes its AR
-checkpoint's view). The target bound L is that longest target + 1 (its <eos>). The tokenizer is
-trained the same way (byte-level BPE of the preset's size), or taken from an AR checkpoint
-(`tokenizer`, e.g. "default") so that both models see identical tokens. `init` starts from
-an AR checkpoint instead of a fresh model (`worldmodel/mdlm_adapt.py`: its weights and
-tokenizer, the AR alignment switched on). `tokens` is a
-budget of real training tokens: the schedule ends there (as `simworld train sft --tokens`),
-which is how the comparison matches training tokens.
+bound, and with the plain state view (`MDLM_STATE_FOCUS`). The target bound L is that
+longest target + 1 (its <eos>). The tokenizer is trained the same way (byte-level BPE of
+the preset's size), or taken from an AR checkpoint (`tokenizer`, e.g. "default") so that
+both models see identical tokens. `init` starts from an AR checkpoint instead of a fresh
+model (`worldmodel/mdlm_adapt.py`: its weights and tokenizer, the AR alignment switched
+on) and takes its prompts: prompt and example budgets, example count, state view, the
+result keys its targets leave out (`--drop-result-field`) and how its train steps'
+examples were chosen. `tokens` is a budget of real training tokens: the schedule ends
+there (as `simworld train sft --tokens`), which is how the comparison matches training
+tokens.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from simworld.training.mdlm import MDLMTrainConfig, train_mdlm
-from simworld.training.sft_run import RECIPES, build_pairs
+from simworld.training.sft_run import RECIPES, Recipe, build_pairs
 from simworld.worldmodel.checkpoint import read_meta
 from simworld.worldmodel.mdlm import MDLM
 from simworld.worldmodel.mdlm_adapt import mdlm_config_from_ar, mdlm_from_ar
@@ -88,8 +90,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         state_focus=MDLM_STATE_FOCUS,
     )
     if run.init is not None:
-        init_args = read_meta(_checkpoint(run.init)).training_args
-        recipe = replace(recipe, state_focus=bool(init_args.get("state_focus", False)))
+        recipe = _start_recipe(recipe, read_meta(_checkpoint(run.init)).training_args)
     cfg = MDLMTrainConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
     source = run.tokenizer or run.init
@@ -129,6 +130,9 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
     extra = {
         "budget_tokens": recipe.budget_tokens,
         "example_tokens": recipe.example_tokens,
+        "example_count": recipe.example_count,
+        "drop_result_fields": list(recipe.drop_result_fields),
+        "distinct_examples": recipe.distinct_examples,
         "state_focus": recipe.state_focus,
         "budget_count": "tokenizer",
         "max_new_tokens": L,
@@ -141,6 +145,23 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         "examples": {"train": report.as_dict(), "val": pairs.val_report.as_dict()},
     }
     return train_mdlm(cfg, pairs.train, pairs.val, run.out, extra, pairs.tokenizer, start)
+
+
+def _start_recipe(recipe: Recipe, args: dict[str, Any]) -> Recipe:
+    """`recipe` with the prompts of the AR checkpoint an `init` run adapts: its prompt and
+    example budgets, example count, state view, the result keys its targets leave out and
+    how its train steps' examples were chosen (MDLM keeps its own longest target). The
+    adapted model then reads the prompts its weights learned on and writes results the
+    way they did."""
+    return replace(
+        recipe,
+        budget_tokens=int(args.get("budget_tokens", recipe.budget_tokens)),
+        example_tokens=int(args.get("example_tokens", 0)),
+        example_count=int(args.get("example_count", 1)),
+        state_focus=bool(args.get("state_focus", False)),
+        drop_result_fields=tuple(args.get("drop_result_fields", ())),
+        distinct_examples=bool(args.get("distinct_examples", False)),
+    )
 
 
 def _checkpoint(name: str) -> Path:

@@ -119,10 +119,15 @@ def test_train_mdlm_init_adapts_and_serves(tmp_path: Path) -> None:
     from simworld.training.mdlm_run import MDLMRun, run_mdlm
     from simworld.training.sft_run import SFTRun, run_sft
     from simworld.worldmodel import load_world_model
+    from simworld.worldmodel.checkpoint import read_meta
     from simworld.worldmodel.mdlm import load_mdlm
+    from simworld.worldmodel.retrieval import MEMORY_FILE
 
     ar_dir = tmp_path / "ar"
-    run_sft(SFTRun(out=ar_dir, preset="tiny", envs=("frozenlake",), limit=40, tokens=20_000))
+    run_sft(
+        SFTRun(out=ar_dir, preset="tiny", envs=("frozenlake",), limit=40, tokens=20_000,
+               example_count=2, drop_result_fields=("text",), distinct_examples=True)
+    )  # fmt: skip
     out = tmp_path / "mdlm"
     with pytest.raises(ValueError, match="tokenizer"):
         MDLMRun(out=out, init=str(ar_dir), tokenizer=str(ar_dir))
@@ -133,8 +138,15 @@ def test_train_mdlm_init_adapts_and_serves(tmp_path: Path) -> None:
     assert isinstance(model, MDLM) and model.cfg.shift and model.cfg.causal_prefix
     assert meta.training_args["init_from"] == str(ar_dir) and meta.training_args["lr"] == 1e-3
     assert meta.training_args["state_focus"] is True  # the tiny AR start's view, not MDLM's own
+    # and the start's prompts: its example block, as many steps, the same results
+    ar_args = read_meta(ar_dir).training_args
+    for key in ("budget_tokens", "example_tokens", "example_count", "drop_result_fields",
+                "distinct_examples"):  # fmt: skip
+        assert meta.training_args[key] == ar_args[key], key
+    assert ar_args["example_count"] == 2 and ar_args["drop_result_fields"] == ["text"]
     assert tok.get_vocab() == load_tokenizer(ar_dir).get_vocab()  # the AR model's tokens
     wm = load_world_model(out)
+    assert wm.budget.examples == 2 and (out / MEMORY_FILE).exists()
     ctx = wm.context(load_bundled("val", env="frozenlake")[0], 0)
     (prediction,) = wm.predict([ctx])
     assert isinstance(prediction.text, str)
