@@ -29,7 +29,9 @@ passages the same way: what unrelated passages of the same corpus reach (the flo
 trained with example blocks (`--example-tokens`) adds `nearest_recorded`: the hits of the
 recorded train step its memory retrieves for the query (the step its example block shows),
 grounded like the model's answers: what lookup alone reaches, the bar such a model has to
-clear.
+clear. With it comes `against_lookup` (`top_against_lookup`): over the queries, how often
+the model's top passage (as served) is the lookup's, and how often that is the real top
+one; where they differ, how often the model is right, the lookup is right, or neither.
 
 Shares: a fresh router with `RouterConfig(max_real_cost=C)` over the held-out queries, each
 a one-call session of the env's task, the whole list `passes` times (RL rollouts repeat
@@ -217,6 +219,28 @@ def nearest_recorded(memory: Retriever, env: SimEnv, query: str, top_k: int) -> 
     return _hits(observation)
 
 
+def top_against_lookup(
+    model: Sequence[Hits | None], lookup: Sequence[Hits | None], real: Sequence[Hits]
+) -> dict[str, int]:
+    """Per query, the first hit's id of the model's answer and of the lookup's against the
+    real first hit's (an unreadable or empty answer has none): `same` (of which
+    `same_right` are the real top passage), and where they differ `model_right`,
+    `lookup_right` or `neither`."""
+    counts = dict.fromkeys(("same", "same_right", "model_right", "lookup_right", "neither"), 0)
+    for m, lk, r in zip(model, lookup, real, strict=True):
+        top_m, top_l = (h[0].get("id") if h else None for h in (m, lk))
+        top_r = r[0].get("id") if r else None
+        if top_m == top_l:
+            counts["same"] += 1
+            counts["same_right"] += top_m == top_r
+        else:
+            key = (
+                "model_right" if top_m == top_r else "lookup_right" if top_l == top_r else "neither"
+            )
+            counts[key] += 1
+    return counts
+
+
 def salvage(text: str) -> Hits:
     """The passages a result text holds even where its JSON is broken (`salvage_hits`),
     each with the fields it lacks empty (score 0.0)."""
@@ -296,8 +320,10 @@ def run_search_bench(
         rows["model_ungrounded"] = [a.hits for a in written]
     rows |= {"model_salvaged": salvaged, "random": floor}
     memory = getattr(model, "memory", None)
+    extra: dict[str, Any] = {}
     if isinstance(memory, Retriever):
         rows["nearest_recorded"] = [nearest_recorded(memory, env, q, cfg.top_k) for q in queries]
+        extra["against_lookup"] = top_against_lookup(simulated, rows["nearest_recorded"], real)
     return {
         "config": asdict(cfg),
         "corpus": corpus.version,
@@ -311,6 +337,7 @@ def run_search_bench(
         "model_seconds_per_query": round(seconds, 4),
         "ungrounded_seconds_per_query": round(written_seconds, 4),
         "shares": route_shares(env, model, queries, cfg.top_k, config, cfg.passes),
+        **extra,
     }
 
 
@@ -328,6 +355,13 @@ def render(report: dict[str, Any]) -> str:
     lines += ["", f"unreadable model answers: {report['unreadable']} as served"]
     if "model_ungrounded" in report:
         lines[-1] += f", {report['unreadable_ungrounded']} as written (ungrounded)"
+    if "against_lookup" in report:
+        c = report["against_lookup"]
+        lines.append(
+            f"top passage against nearest_recorded: the same on {c['same']} queries "
+            f"({c['same_right']} the real top one); where they differ, the model right "
+            f"{c['model_right']}, the lookup right {c['lookup_right']}, neither {c['neither']}"
+        )
     lines += [""]
     cost = report["config"]["max_real_cost"]
     lines += [f"router shares (max_real_cost {cost}):", "| pass | cache | real | model |"]

@@ -31,6 +31,7 @@ from simworld.eval.search import (
     route_shares,
     run_search_bench,
     salvage,
+    top_against_lookup,
 )
 from simworld.simulators.envs.search import TASK_ID, build_search_env
 from simworld.simulators.router import Router, RouterConfig
@@ -108,6 +109,21 @@ def test_scores_on_hand_computed_cases() -> None:
         passage_scores([[A]], [[A], [B]], ENCODER)
 
 
+def test_top_passages_against_the_lookups_by_hand() -> None:
+    real = [[A], [A], [A], [A], [A], [B]]
+    model = [[A, B], [B], [A], None, [B], []]
+    lookup = [[A], [B], [B], [A], [hit("c", "w")], []]
+    assert top_against_lookup(model, lookup, real) == {
+        "same": 3,  # A and A (right), B and B (wrong), nothing and nothing (B is real)
+        "same_right": 1,
+        "model_right": 1,  # A against B
+        "lookup_right": 1,  # unreadable against A
+        "neither": 1,  # B against c
+    }
+    with pytest.raises(ValueError):
+        top_against_lookup([[A]], [], [[A]])
+
+
 def test_salvage_reads_the_passages_of_broken_json() -> None:
     broken = '[{"id":"a-1","title":"T","text":"say \\"hi\\"","score":7. oops},{"id":"b-2","text":"x'
     assert salvage(broken) == [
@@ -159,6 +175,11 @@ def test_a_model_with_a_memory_gets_the_nearest_recorded_row(tmp_path: Path) -> 
     assert report["nearest_recorded"]["content_overlap"] == 1.0
     assert report["model"]["id_overlap"] == 0.0  # the model's own answers are still scored
     assert "| nearest_recorded |" in render(report)
+    # the made-up passage is never the lookup's, which is always the real top one here
+    assert report["against_lookup"] == {
+        "same": 0, "same_right": 0, "model_right": 0, "lookup_right": 6, "neither": 0
+    }  # fmt: skip
+    assert "where they differ, the model right 0, the lookup right 6" in render(report)
     # A held-out query is never recorded: its neighbour is some train query's step.
     loaded = load_corpus(Path(corpus))
     held_out = query_set(make_needs(loaded, BM25Index(loaded.passages), "test"))[0]
