@@ -72,7 +72,8 @@ def test_targets_and_examples_lose_the_key_and_the_history_keeps_it(tmp_path: Pa
 def test_the_checkpoint_records_the_keys_and_carries_a_memory_without_them(
     tmp_path: Path,
 ) -> None:
-    """Through the CLI, with --examples 2: the served model shows two steps too."""
+    """Through the CLI, with --examples 2 (the served model shows two steps too) and
+    --distinct-examples (recorded)."""
     episodes = list(SearchEnv(str(corpus_file(tmp_path)), split="train", top_k=1).record(None, 0))
     data = tmp_path / "train.jsonl"
     write_episodes(episodes, data)
@@ -80,11 +81,12 @@ def test_the_checkpoint_records_the_keys_and_carries_a_memory_without_them(
     argv = [str(SCRIPT), "train", "sft", "--preset", "default", "--data", str(data),
             "--val-data", str(data), "--drop-result-field", "text", "--examples", "2",
             "--example-tokens", "160", "--max-target-tokens", "48", "--limit", "20",
-            "--tokens", "2000",
+            "--tokens", "2000", "--distinct-examples",
             "--out", str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert read_meta(out).training_args["drop_result_fields"] == ["text"]
+    assert read_meta(out).training_args["distinct_examples"] is True
     recorded = load_memory(out / MEMORY_FILE)
     entries = [r for ep in episodes for r in recorded_steps(ep)]
     assert len(recorded) == len(entries)
