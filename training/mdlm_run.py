@@ -31,7 +31,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from simworld.training.mdlm import MDLMTrainConfig, train_mdlm
-from simworld.training.sft_run import RECIPES, Recipe, build_pairs
+from simworld.training.sft_run import RECIPES, build_pairs, prompt_args, with_prompt_args
 from simworld.worldmodel.checkpoint import read_meta
 from simworld.worldmodel.mdlm import MDLM
 from simworld.worldmodel.mdlm_adapt import mdlm_config_from_ar, mdlm_from_ar
@@ -90,7 +90,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         state_focus=MDLM_STATE_FOCUS,
     )
     if run.init is not None:
-        recipe = _start_recipe(recipe, read_meta(_checkpoint(run.init)).training_args)
+        recipe = with_prompt_args(recipe, read_meta(_checkpoint(run.init)).training_args)
     cfg = MDLMTrainConfig.preset(run.preset)
     tokenizer: PreTrainedTokenizerBase | int = cfg.vocab_size
     source = run.tokenizer or run.init
@@ -128,12 +128,7 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         f"{report.long_target} with targets over {recipe.max_target_tokens} tokens"
     )
     extra = {
-        "budget_tokens": recipe.budget_tokens,
-        "example_tokens": recipe.example_tokens,
-        "example_count": recipe.example_count,
-        "drop_result_fields": list(recipe.drop_result_fields),
-        "distinct_examples": recipe.distinct_examples,
-        "state_focus": recipe.state_focus,
+        **prompt_args(recipe),
         "budget_count": "tokenizer",
         "max_new_tokens": L,
         "tokenizer_from": run.tokenizer or run.init,
@@ -145,23 +140,6 @@ def run_mdlm(run: MDLMRun) -> dict[str, Any]:
         "examples": {"train": report.as_dict(), "val": pairs.val_report.as_dict()},
     }
     return train_mdlm(cfg, pairs.train, pairs.val, run.out, extra, pairs.tokenizer, start)
-
-
-def _start_recipe(recipe: Recipe, args: dict[str, Any]) -> Recipe:
-    """`recipe` with the prompts of the AR checkpoint an `init` run adapts: its prompt and
-    example budgets, example count, state view, the result keys its targets leave out and
-    how its train steps' examples were chosen (MDLM keeps its own longest target). The
-    adapted model then reads the prompts its weights learned on and writes results the
-    way they did."""
-    return replace(
-        recipe,
-        budget_tokens=int(args.get("budget_tokens", recipe.budget_tokens)),
-        example_tokens=int(args.get("example_tokens", 0)),
-        example_count=int(args.get("example_count", 1)),
-        state_focus=bool(args.get("state_focus", False)),
-        drop_result_fields=tuple(args.get("drop_result_fields", ())),
-        distinct_examples=bool(args.get("distinct_examples", False)),
-    )
 
 
 def _checkpoint(name: str) -> Path:

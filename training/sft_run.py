@@ -221,12 +221,7 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
         f"{train_report.long_target} with targets over {recipe.max_target_tokens} tokens"
     )
     extra = {
-        "budget_tokens": recipe.budget_tokens,
-        "example_tokens": recipe.example_tokens,
-        "example_count": recipe.example_count,
-        "state_focus": recipe.state_focus,
-        "drop_result_fields": list(recipe.drop_result_fields),
-        "distinct_examples": recipe.distinct_examples,
+        **prompt_args(recipe),
         "copy_variants": recipe.copy_variants,
         "budget_count": "approx" if run.base else "tokenizer",
         "init": run.init,
@@ -240,6 +235,35 @@ def run_sft(run: SFTRun) -> dict[str, Any]:
     }
     return train_sft(
         cfg, train, val, run.out, resume=run.resume, extra_args=extra, tokenizer=tokenizer
+    )
+
+
+def prompt_args(recipe: Recipe) -> dict[str, Any]:
+    """What a checkpoint records of the prompts it was trained on (its training arguments):
+    prompt and example budgets, example count, state view, the result keys its targets
+    leave out and how its train steps' examples were chosen. `with_prompt_args` reads them
+    back."""
+    return {
+        "budget_tokens": recipe.budget_tokens,
+        "example_tokens": recipe.example_tokens,
+        "example_count": recipe.example_count,
+        "state_focus": recipe.state_focus,
+        "drop_result_fields": list(recipe.drop_result_fields),
+        "distinct_examples": recipe.distinct_examples,
+    }
+
+
+def with_prompt_args(recipe: Recipe, args: dict[str, Any]) -> Recipe:
+    """`recipe` with the prompts a checkpoint's training arguments `args` record
+    (`prompt_args`; a field an older checkpoint lacks takes its off value)."""
+    return replace(
+        recipe,
+        budget_tokens=int(args["budget_tokens"]),
+        example_tokens=int(args.get("example_tokens", 0)),
+        example_count=int(args.get("example_count", 1)),
+        state_focus=bool(args.get("state_focus", False)),
+        drop_result_fields=tuple(args.get("drop_result_fields", ())),
+        distinct_examples=bool(args.get("distinct_examples", False)),
     )
 
 
@@ -376,14 +400,7 @@ def _continued(run: SFTRun, recipe: Recipe, cfg: SFTConfig) -> tuple[Path, Recip
         raise ValueError(f"{start} holds a {meta.kind!r} checkpoint: --init continues AR ones")
     args = meta.training_args
     recipe = replace(
-        recipe,
-        budget_tokens=int(args["budget_tokens"]),
-        max_target_tokens=int(args["max_new_tokens"]) - 1,
-        example_tokens=int(args.get("example_tokens", 0)),
-        example_count=int(args.get("example_count", 1)),
-        state_focus=bool(args.get("state_focus", False)),
-        drop_result_fields=tuple(args.get("drop_result_fields", ())),
-        distinct_examples=bool(args.get("distinct_examples", False)),
+        with_prompt_args(recipe, args), max_target_tokens=int(args["max_new_tokens"]) - 1
     )
     last = float(args.get("lr", cfg.lr)) * float(args.get("min_lr_ratio", cfg.min_lr_ratio))
     cfg = replace(cfg, lr=run.lr or last, warmup_steps=0, min_lr_ratio=1.0)
@@ -425,6 +442,8 @@ __all__ = [
     "Recipe",
     "SFTRun",
     "build_pairs",
+    "prompt_args",
     "reproduce_val_metrics",
     "run_sft",
+    "with_prompt_args",
 ]
